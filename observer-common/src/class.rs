@@ -1,0 +1,172 @@
+//! I/O classes: the request's operation plus the REQ_* flags users filter on.
+//!
+//! This is the one place where kernel `cmd_flags` are decoded ([`classify`], run inside the
+//! eBPF programs) and where the resulting class is turned into names ([`Class`]). A class is a
+//! `u16`: bits 0..4 the [`Op`], bit [`PREFLUSH`] and up the flags.
+
+use crate::layout::KernelLayout;
+
+/// Operation of a request, collapsed from `enum req_op` (include/linux/blk_types.h).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Op {
+    /// REQ_OP_READ.
+    Read = 0,
+    /// REQ_OP_WRITE.
+    Write = 1,
+    /// REQ_OP_FLUSH: on request-based devices only the block layer's internal flush request
+    /// (block/blk-flush.c: `flush_rq`, one per hardware queue) carries it.
+    Flush = 2,
+    /// REQ_OP_DISCARD.
+    Discard = 3,
+    /// REQ_OP_WRITE_ZEROES (counted as a write in /proc/diskstats).
+    WriteZeroes = 4,
+    /// Anything else: secure erase, zone management, driver-private ops.
+    Other = 5,
+}
+
+impl Op {
+    /// All ops, in code order.
+    pub const ALL: [Op; 6] = [Op::Read, Op::Write, Op::Flush, Op::Discard, Op::WriteZeroes, Op::Other];
+
+    /// Decodes the low bits of a class.
+    pub const fn from_code(code: u16) -> Op {
+        match code & OP_MASK {
+            0 => Op::Read,
+            1 => Op::Write,
+            2 => Op::Flush,
+            3 => Op::Discard,
+            4 => Op::WriteZeroes,
+            _ => Op::Other,
+        }
+    }
+
+    /// The `op` label value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Flush => "flush",
+            Op::Discard => "discard",
+            Op::WriteZeroes => "write_zeroes",
+            Op::Other => "other",
+        }
+    }
+
+    /// The operation letter(s) of blktrace's rwbs string (kernel/trace/blktrace.c: blk_fill_rwbs).
+    pub const fn rwbs(self) -> &'static str {
+        match self {
+            Op::Read => "R",
+            Op::Write => "W",
+            Op::Flush => "F",
+            Op::Discard => "D",
+            Op::WriteZeroes | Op::Other => "N",
+        }
+    }
+}
+
+/// Bits of a class holding the [`Op`].
+pub const OP_MASK: u16 = 0xf;
+/// REQ_PREFLUSH: flush the device's volatile cache before this write.
+pub const PREFLUSH: u16 = 1 << 4;
+/// REQ_FUA: this write must be on stable media when it completes.
+pub const FUA: u16 = 1 << 5;
+/// REQ_SYNC: someone waits for it (O_DSYNC, fsync, log writes).
+pub const SYNC: u16 = 1 << 6;
+/// REQ_META: filesystem metadata.
+pub const META: u16 = 1 << 7;
+/// REQ_RAHEAD: readahead, may be failed by the driver.
+pub const RAHEAD: u16 = 1 << 8;
+
+/// The flags exported as labels: (class bit, label name, rwbs letter). Label names are the REQ_*
+/// names in lower case, except REQ_RAHEAD, exported as `readahead`.
+pub const FLAGS: [(u16, &str); 5] = [
+    (PREFLUSH, "preflush"),
+    (FUA, "fua"),
+    (SYNC, "sync"),
+    (META, "meta"),
+    (RAHEAD, "readahead"),
+];
+
+/// Computes the class of a request or bio from its raw `cmd_flags` / `bi_opf`.
+///
+/// Must see the flags before the block layer strips PREFLUSH/FUA (block/blk-flush.c), i.e. at
+/// `block_io_start` or at bio level.
+#[inline(always)]
+pub fn classify(opf: u32, l: &KernelLayout) -> u16 {
+    let op = opf & l.op_mask;
+    let mut class = if op == l.op_read {
+        Op::Read as u16
+    } else if op == l.op_write {
+        Op::Write as u16
+    } else if op == l.op_flush {
+        Op::Flush as u16
+    } else if op == l.op_discard {
+        Op::Discard as u16
+    } else if op == l.op_write_zeroes {
+        Op::WriteZeroes as u16
+    } else {
+        Op::Other as u16
+    };
+    if opf & l.flag_preflush != 0 {
+        class |= PREFLUSH;
+    }
+    if opf & l.flag_fua != 0 {
+        class |= FUA;
+    }
+    if opf & l.flag_sync != 0 {
+        class |= SYNC;
+    }
+    if opf & l.flag_meta != 0 {
+        class |= META;
+    }
+    if opf & l.flag_rahead != 0 {
+        class |= RAHEAD;
+    }
+    class
+}
+
+/// A decoded class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Class(pub u16);
+
+impl Class {
+    /// The operation.
+    pub const fn op(self) -> Op {
+        Op::from_code(self.0)
+    }
+
+    /// Whether a flag bit ([`PREFLUSH`], [`FUA`], ...) is set.
+    pub const fn has(self, flag: u16) -> bool {
+        self.0 & flag != 0
+    }
+
+    /// blktrace's rwbs string for this class, e.g. `FWFSM` for an XFS log write
+    /// (preflush, write, FUA, sync, meta).
+    pub fn rwbs(self, out: &mut [u8; 8]) -> &str {
+        let mut n = 0;
+        let mut push = |s: &str, n: &mut usize| {
+            for b in s.bytes() {
+                out[*n] = b;
+                *n += 1;
+            }
+        };
+        if self.has(PREFLUSH) {
+            push("F", &mut n);
+        }
+        push(self.op().rwbs(), &mut n);
+        if self.has(FUA) {
+            push("F", &mut n);
+        }
+        if self.has(RAHEAD) {
+            push("A", &mut n);
+        }
+        if self.has(SYNC) {
+            push("S", &mut n);
+        }
+        if self.has(META) {
+            push("M", &mut n);
+        }
+        core::str::from_utf8(&out[..n]).unwrap_or("?")
+    }
+}

@@ -1,0 +1,66 @@
+//! The kernel layout the eBPF programs need, resolved by the daemon from
+//! `/sys/kernel/btf/vmlinux` at startup and handed to them as a read-only global.
+//!
+//! Rust eBPF programs built with aya get no CO-RE relocations, so every struct offset and enum
+//! value that differs between kernels is a field here instead of a constant in the programs.
+
+/// Offsets (bytes) and values read from kernel BTF. Set once before load; the verifier sees the
+/// values as constants (the global lives in `.rodata`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelLayout {
+    /// `struct request::q` (`struct request_queue *`).
+    pub rq_q: u32,
+    /// `struct request::cmd_flags` (`blk_opf_t`, u32: op in the low [`Self::op_mask`] bits, REQ_* flags above).
+    pub rq_cmd_flags: u32,
+    /// `struct request::rq_flags` (`req_flags_t`, u32 of RQF_* bits).
+    pub rq_rq_flags: u32,
+    /// `struct request::__data_len` (u32, bytes still to complete).
+    pub rq_data_len: u32,
+    /// `struct request::__sector` (sector_t, 512-byte sectors).
+    pub rq_sector: u32,
+    /// `struct request_queue::disk` (`struct gendisk *`).
+    pub q_disk: u32,
+    /// `struct gendisk::major` (int).
+    pub disk_major: u32,
+    /// `struct gendisk::first_minor` (int).
+    pub disk_first_minor: u32,
+    /// `struct bio::bi_opf` (`blk_opf_t`).
+    pub bio_opf: u32,
+    /// `struct bio::bi_bdev` (`struct block_device *`).
+    pub bio_bdev: u32,
+    /// `struct block_device::bd_disk` (`struct gendisk *`).
+    pub bdev_disk: u32,
+    /// Mask of RQF_FLUSH_SEQ in `rq_flags` (block/blk-flush.c: set while a request runs through
+    /// the pre-flush / data / post-flush sequence).
+    pub rqf_flush_seq: u32,
+    /// Mask of the op in `cmd_flags` ((1 << REQ_OP_BITS) - 1).
+    pub op_mask: u32,
+    /// `enum req_op` values.
+    pub op_read: u32,
+    /// REQ_OP_WRITE.
+    pub op_write: u32,
+    /// REQ_OP_FLUSH.
+    pub op_flush: u32,
+    /// REQ_OP_DISCARD.
+    pub op_discard: u32,
+    /// REQ_OP_WRITE_ZEROES.
+    pub op_write_zeroes: u32,
+    /// REQ_PREFLUSH mask (1 << __REQ_PREFLUSH).
+    pub flag_preflush: u32,
+    /// REQ_FUA mask.
+    pub flag_fua: u32,
+    /// REQ_SYNC mask.
+    pub flag_sync: u32,
+    /// REQ_META mask.
+    pub flag_meta: u32,
+    /// REQ_RAHEAD mask.
+    pub flag_rahead: u32,
+    /// 1 when the kernel has no `block_io_start` tracepoint (before ≈6.5): requests then enter at
+    /// `block_rq_insert`, or at `block_rq_issue` when directly issued, and their flags are read
+    /// after the block layer may have stripped PREFLUSH/FUA.
+    pub enter_fallback: u32,
+}
+
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for KernelLayout {}

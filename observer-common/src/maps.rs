@@ -1,0 +1,155 @@
+//! Layouts of the BPF maps shared by the programs and the daemon.
+//!
+//! | map | type | key | value |
+//! |---|---|---|---|
+//! | `INFLIGHT` | hash | `struct request *` as u64 | [`Inflight`] |
+//! | `CLASS_STATS` | per-CPU hash | [`ClassKey`] | [`ClassStats`] |
+//! | `ERRORS` | per-CPU hash | [`ErrorKey`] | u64 count |
+//! | `COUNTERS` | per-CPU array | [`Counter`] as u32 | u64 |
+//! | `ZERO` | per-CPU array, 1 entry | 0 | [`ClassStats`] (always zero; template for inserts) |
+
+use crate::{hist::NBUCKETS, Stage};
+
+/// Map names, as the programs declare them.
+pub const INFLIGHT: &str = "INFLIGHT";
+/// See module docs.
+pub const CLASS_STATS: &str = "CLASS_STATS";
+/// See module docs.
+pub const ERRORS: &str = "ERRORS";
+/// See module docs.
+pub const COUNTERS: &str = "COUNTERS";
+
+/// Default capacity of `INFLIGHT` (requests tracked at once, all devices).
+pub const INFLIGHT_DEFAULT_ENTRIES: u32 = 16384;
+
+/// A device number as the kernel's `MKDEV(major, minor)`: `major << 20 | minor`. Requests are
+/// keyed by their disk (`gendisk`), so a partition's I/O is attributed to the whole disk.
+pub const fn mkdev(major: u32, minor: u32) -> u32 {
+    (major << 20) | (minor & 0xfffff)
+}
+
+/// Major number of a [`mkdev`] value.
+pub const fn dev_major(dev: u32) -> u32 {
+    dev >> 20
+}
+
+/// Minor number of a [`mkdev`] value.
+pub const fn dev_minor(dev: u32) -> u32 {
+    dev & 0xfffff
+}
+
+/// State of a request in flight, from `block_io_start` (or the flush request's dispatch) to its
+/// final completion. Timestamps are `bpf_ktime_get_ns()` (CLOCK_MONOTONIC, ns); 0 means "not
+/// seen".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Inflight {
+    /// When the request entered the block layer (ns); 0 for the internal flush request.
+    pub enter_ns: u64,
+    /// First dispatch to the driver (ns); kept across requeues; 0 while queued.
+    pub dispatch_ns: u64,
+    /// Bytes completed so far (sum of the partial completions).
+    pub bytes: u64,
+    /// Disk, as [`mkdev`].
+    pub dev: u32,
+    /// Class (see [`crate::class`]), from the flags at entry.
+    pub class: u16,
+    /// Times the request was requeued (saturating).
+    pub requeues: u8,
+    /// 1 between a requeue and the next dispatch.
+    pub requeued: u8,
+}
+
+/// Key of `CLASS_STATS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClassKey {
+    /// Disk, as [`mkdev`].
+    pub dev: u32,
+    /// Class (see [`crate::class`]).
+    pub class: u16,
+    /// Always 0.
+    pub _pad: u16,
+}
+
+/// One stage's latency histogram: sum in ns and counts per [`crate::hist`] bucket.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StageHist {
+    /// Sum of the latencies recorded (ns).
+    pub sum_ns: u64,
+    /// Counts per bucket; the last is the overflow bucket.
+    pub buckets: [u64; NBUCKETS],
+}
+
+/// Everything recorded for one (device, class), per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ClassStats {
+    /// Histograms indexed by [`Stage`] as usize.
+    pub stages: [StageHist; Stage::COUNT],
+    /// Requests completed (final completion only).
+    pub requests: u64,
+    /// Bytes completed.
+    pub bytes: u64,
+    /// Merges: bios merged into a request of this class plus requests merged away.
+    pub merges: u64,
+    /// Requeues of completed requests.
+    pub requeues: u64,
+}
+
+impl ClassStats {
+    /// An all-zero value.
+    pub const ZERO: ClassStats = ClassStats {
+        stages: [StageHist { sum_ns: 0, buckets: [0; NBUCKETS] }; Stage::COUNT],
+        requests: 0,
+        bytes: 0,
+        merges: 0,
+        requeues: 0,
+    };
+}
+
+/// Key of `ERRORS`: completions with a non-zero `blk_status_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ErrorKey {
+    /// Disk, as [`mkdev`].
+    pub dev: u32,
+    /// Class of the request (0 when untracked: op read, no flags).
+    pub class: u16,
+    /// The `blk_status_t` value (include/linux/blk_types.h, e.g. 10 = BLK_STS_IOERR).
+    pub status: u8,
+    /// Always 0.
+    pub _pad: u8,
+}
+
+/// Indexes of the global counters in `COUNTERS`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// Final completions of requests the programs never saw enter (in flight before start,
+    /// or lost): counted, never given a latency.
+    UntrackedCompletions = 0,
+    /// Requests not tracked because `INFLIGHT` was full.
+    InflightFull = 1,
+    /// Completions not aggregated because `CLASS_STATS` was full.
+    StatsFull = 2,
+    /// Timestamps that went backwards (never expected; such samples are dropped).
+    ClockAnomalies = 3,
+    /// Requests seen dispatched twice without a requeue or completion in between (a lost
+    /// completion); the stale state was reset.
+    StaleEntries = 4,
+}
+
+impl Counter {
+    /// Number of counters.
+    pub const COUNT: u32 = 5;
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    unsafe impl aya::Pod for super::Inflight {}
+    unsafe impl aya::Pod for super::ClassKey {}
+    unsafe impl aya::Pod for super::ClassStats {}
+    unsafe impl aya::Pod for super::ErrorKey {}
+}

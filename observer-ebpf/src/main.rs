@@ -1,0 +1,378 @@
+//! Kernel side of the block I/O observer: one short function per block tracepoint.
+//!
+//! A request's life, keyed by its `struct request *` in `INFLIGHT`:
+//! `block_io_start` (enter, original flags) → `block_rq_issue` (dispatch) → `block_rq_complete`
+//! (final completion: aggregate into per-CPU histograms, forget). The internal flush request
+//! never enters; it is tracked from its dispatch. Nothing goes to userspace per event.
+//!
+//! Every handler exists twice, as `tp_btf` (preferred) and `raw_tp` (fallback) program, and for
+//! two argument layouts: `(rq, ...)` since Linux 5.11 and `(q, rq, ...)` before. The daemon
+//! loads the variant that matches the running kernel's BTF. Struct offsets and enum values come
+//! from the read-only global [`LAYOUT`], filled by the daemon from kernel BTF.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    bindings::{BPF_ANY, BPF_NOEXIST},
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::{btf_tracepoint, map, raw_tracepoint},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    programs::{BtfTracePointContext, RawTracePointContext},
+    EbpfContext,
+};
+use observer_common::{
+    class::{classify, Op},
+    hist::{bucket_index, NBUCKETS},
+    layout::KernelLayout,
+    maps::{
+        mkdev, ClassKey, ClassStats, Counter, ErrorKey, Inflight, StageHist,
+        INFLIGHT_DEFAULT_ENTRIES,
+    },
+    Stage,
+};
+
+/// Filled by the daemon before load (`.rodata`: the verifier treats it as constant).
+#[no_mangle]
+static LAYOUT: KernelLayout = KernelLayout {
+    rq_q: 0,
+    rq_cmd_flags: 0,
+    rq_rq_flags: 0,
+    rq_data_len: 0,
+    rq_sector: 0,
+    q_disk: 0,
+    disk_major: 0,
+    disk_first_minor: 0,
+    bio_opf: 0,
+    bio_bdev: 0,
+    bdev_disk: 0,
+    rqf_flush_seq: 0,
+    op_mask: 0,
+    op_read: 0,
+    op_write: 0,
+    op_flush: 0,
+    op_discard: 0,
+    op_write_zeroes: 0,
+    flag_preflush: 0,
+    flag_fua: 0,
+    flag_sync: 0,
+    flag_meta: 0,
+    flag_rahead: 0,
+    enter_fallback: 0,
+};
+
+#[map]
+static INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(INFLIGHT_DEFAULT_ENTRIES, 0);
+/// Capacity is set by the daemon before load (memory budget / CPUs).
+#[map]
+static CLASS_STATS: PerCpuHashMap<ClassKey, ClassStats> = PerCpuHashMap::with_max_entries(256, 0);
+#[map]
+static ERRORS: PerCpuHashMap<ErrorKey, u64> = PerCpuHashMap::with_max_entries(1024, 0);
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
+/// One all-zero `ClassStats`: the template for new `CLASS_STATS` entries (too big for the stack).
+#[map]
+static ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn layout() -> KernelLayout {
+    // Volatile: the value is patched into the object after compilation.
+    unsafe { core::ptr::read_volatile(&LAYOUT) }
+}
+
+#[inline(always)]
+fn read<T: Default>(base: u64, off: u32) -> T {
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T).unwrap_or_default() }
+}
+
+#[inline(always)]
+fn arg(ctx: &impl EbpfContext, n: usize) -> u64 {
+    unsafe { *(ctx.as_ptr() as *const u64).add(n) }
+}
+
+#[inline(always)]
+fn count(c: Counter) {
+    if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {
+        unsafe { *p += 1 };
+    }
+}
+
+/// The disk of a `struct gendisk *`, as `mkdev(major, first_minor)`.
+#[inline(always)]
+fn disk_dev(disk: u64, l: &KernelLayout) -> u32 {
+    mkdev(read::<u32>(disk, l.disk_major), read::<u32>(disk, l.disk_first_minor))
+}
+
+/// The disk of a request (`rq->q->disk`): partitions count for their whole disk.
+#[inline(always)]
+fn rq_dev(rq: u64, l: &KernelLayout) -> u32 {
+    let q: u64 = read(rq, l.rq_q);
+    disk_dev(read(q, l.q_disk), l)
+}
+
+/// Stats entry of (dev, class), created on first use.
+#[inline(always)]
+fn stats(dev: u32, class: u16) -> Option<*mut ClassStats> {
+    let key = ClassKey { dev, class, _pad: 0 };
+    if let Some(p) = CLASS_STATS.get_ptr_mut(&key) {
+        return Some(p);
+    }
+    let zero = ZERO.get_ptr(0)?;
+    let _ = CLASS_STATS.insert(&key, unsafe { &*zero }, BPF_NOEXIST as u64);
+    let p = CLASS_STATS.get_ptr_mut(&key);
+    if p.is_none() {
+        count(Counter::StatsFull);
+    }
+    p
+}
+
+#[inline(always)]
+fn observe(h: &mut StageHist, ns: u64) {
+    let mut i = bucket_index(ns);
+    if i >= NBUCKETS {
+        i = NBUCKETS - 1;
+    }
+    h.buckets[i] += 1;
+    h.sum_ns += ns;
+}
+
+/// Starts tracking a request that entered the block layer; `flags` are its original cmd_flags.
+#[inline(always)]
+fn enter(rq: u64, now: u64, dispatch_ns: u64, map_flags: u64, l: &KernelLayout) {
+    let flags: u32 = read(rq, l.rq_cmd_flags);
+    let e = Inflight {
+        enter_ns: now,
+        dispatch_ns,
+        bytes: 0,
+        dev: rq_dev(rq, l),
+        class: classify(flags, l),
+        requeues: 0,
+        requeued: 0,
+    };
+    if let Err(err) = INFLIGHT.insert(&rq, &e, map_flags) {
+        // -EEXIST is expected with BPF_NOEXIST; anything else means the map is full.
+        if err != -17 {
+            count(Counter::InflightFull);
+        }
+    }
+}
+
+/// block_io_start(rq): a bio became a request (block/blk-mq.c: blk_account_io_start).
+#[inline(always)]
+fn on_io_start(rq: u64) {
+    let l = layout();
+    enter(rq, unsafe { bpf_ktime_get_ns() }, 0, BPF_ANY as u64, &l);
+}
+
+/// block_rq_insert(rq): used as "enter" only on kernels without block_io_start.
+#[inline(always)]
+fn on_insert(rq: u64) {
+    let l = layout();
+    if l.enter_fallback != 0 {
+        enter(rq, unsafe { bpf_ktime_get_ns() }, 0, BPF_NOEXIST as u64, &l);
+    }
+}
+
+/// block_rq_issue(rq): dispatch to the driver (blk_mq_start_request).
+#[inline(always)]
+fn on_issue(rq: u64) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    let l = layout();
+    if let Some(e) = INFLIGHT.get_ptr_mut(&rq) {
+        let e = unsafe { &mut *e };
+        if e.dispatch_ns == 0 {
+            e.dispatch_ns = now;
+            return;
+        }
+        if e.requeued != 0 {
+            // Re-dispatch after a requeue: the first dispatch stays (device time includes the
+            // requeue), the requeue was counted.
+            e.requeued = 0;
+            return;
+        }
+        // Dispatched twice without requeue or completion: the struct was reused after a
+        // completion we missed. Never let the stale timestamps produce a latency.
+        count(Counter::StaleEntries);
+        let _ = INFLIGHT.remove(&rq);
+    }
+    let flags: u32 = read(rq, l.rq_cmd_flags);
+    if flags & l.op_mask == l.op_flush {
+        // The shared per-hctx flush request (block/blk-flush.c): never "enters"; device stage only.
+        let e = Inflight {
+            enter_ns: 0,
+            dispatch_ns: now,
+            bytes: 0,
+            dev: rq_dev(rq, &l),
+            class: Op::Flush as u16,
+            requeues: 0,
+            requeued: 0,
+        };
+        if INFLIGHT.insert(&rq, &e, BPF_ANY as u64).is_err() {
+            count(Counter::InflightFull);
+        }
+    } else if l.enter_fallback != 0 {
+        // Directly issued without insert on a kernel without block_io_start: queue time is 0.
+        enter(rq, now, now, BPF_NOEXIST as u64, &l);
+    }
+}
+
+/// block_rq_requeue(rq): sent back to be dispatched again.
+#[inline(always)]
+fn on_requeue(rq: u64) {
+    if let Some(e) = INFLIGHT.get_ptr_mut(&rq) {
+        let e = unsafe { &mut *e };
+        e.requeued = 1;
+        e.requeues = e.requeues.saturating_add(1);
+    }
+}
+
+/// block_rq_merge(rq): `rq` is merged into another request and freed; it is not an I/O of its own.
+#[inline(always)]
+fn on_rq_merge(rq: u64) {
+    let (dev, class) = match INFLIGHT.get_ptr(&rq) {
+        Some(e) => unsafe { ((*e).dev, (*e).class) },
+        None => {
+            let l = layout();
+            (rq_dev(rq, &l), classify(read(rq, l.rq_cmd_flags), &l))
+        }
+    };
+    let _ = INFLIGHT.remove(&rq);
+    if let Some(s) = stats(dev, class) {
+        unsafe { (*s).merges += 1 };
+    }
+}
+
+/// block_bio_backmerge / block_bio_frontmerge(bio): a bio merged into an existing request.
+#[inline(always)]
+fn on_bio_merge(bio: u64) {
+    let l = layout();
+    let bdev: u64 = read(bio, l.bio_bdev);
+    let dev = disk_dev(read(bdev, l.bdev_disk), &l);
+    if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), &l)) {
+        unsafe { (*s).merges += 1 };
+    }
+}
+
+/// block_rq_complete(rq, error, nr_bytes): a (partial) completion (blk_update_request).
+#[inline(always)]
+fn on_complete(rq: u64, error: u64, nr_bytes: u64) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    let l = layout();
+    let rq_flags: u32 = read(rq, l.rq_rq_flags);
+    let data_len: u32 = read(rq, l.rq_data_len);
+    // Final unless more bytes remain, or the request is inside a flush sequence (its data part
+    // completes once with RQF_FLUSH_SEQ set, then again with 0 bytes when the post-flush is done).
+    let is_final = rq_flags & l.rqf_flush_seq == 0 && nr_bytes >= data_len as u64;
+    let Some(ep) = INFLIGHT.get_ptr_mut(&rq) else {
+        if is_final {
+            count(Counter::UntrackedCompletions);
+            if error != 0 {
+                error_seen(rq_dev(rq, &l), 0, error);
+            }
+        }
+        return;
+    };
+    let e = unsafe { &mut *ep };
+    e.bytes += nr_bytes;
+    if !is_final {
+        return;
+    }
+    let e = *e;
+    let _ = INFLIGHT.remove(&rq);
+    if error != 0 {
+        error_seen(e.dev, e.class, error);
+    }
+    let Some(s) = stats(e.dev, e.class) else { return };
+    let s = unsafe { &mut *s };
+    s.requests += 1;
+    s.bytes += e.bytes;
+    s.requeues += e.requeues as u64;
+    if (e.dispatch_ns != 0 && (e.dispatch_ns < e.enter_ns || now < e.dispatch_ns)) || now < e.enter_ns {
+        count(Counter::ClockAnomalies);
+        return;
+    }
+    let total;
+    if e.enter_ns == 0 {
+        // Internal flush request: no entry point, total = device.
+        total = now - e.dispatch_ns;
+        observe(&mut s.stages[Stage::Device as usize], total);
+    } else if e.dispatch_ns == 0 {
+        // Never dispatched itself (a data-less PREFLUSH write, completed by the flush machinery):
+        // all of it was waiting, so queue = total.
+        total = now - e.enter_ns;
+        observe(&mut s.stages[Stage::Queue as usize], total);
+    } else {
+        total = now - e.enter_ns;
+        observe(&mut s.stages[Stage::Queue as usize], e.dispatch_ns - e.enter_ns);
+        observe(&mut s.stages[Stage::Device as usize], now - e.dispatch_ns);
+    }
+    observe(&mut s.stages[Stage::Total as usize], total);
+}
+
+#[inline(always)]
+fn error_seen(dev: u32, class: u16, status: u64) {
+    let key = ErrorKey { dev, class, status: status as u8, _pad: 0 };
+    match ERRORS.get_ptr_mut(&key) {
+        Some(p) => unsafe { *p += 1 },
+        None => {
+            let _ = ERRORS.insert(&key, &1, BPF_NOEXIST as u64);
+        }
+    }
+}
+
+/// Declares the four entry points of a handler: tp_btf and raw_tp, for argument layouts with
+/// the request (or bio) at index A (current kernels) and B (older kernels).
+macro_rules! programs {
+    ($tp:literal, $handler:ident, [$btf_a:ident, $raw_a:ident, $btf_b:ident, $raw_b:ident], $a:literal, $b:literal, |$ctx:ident, $i:ident| $call:expr) => {
+        #[btf_tracepoint(function = $tp)]
+        pub fn $btf_a(c: BtfTracePointContext) -> i32 {
+            let ($ctx, $i) = (&c, $a);
+            $call;
+            0
+        }
+        #[raw_tracepoint(tracepoint = $tp)]
+        pub fn $raw_a(c: RawTracePointContext) -> i32 {
+            let ($ctx, $i) = (&c, $a);
+            $call;
+            0
+        }
+        #[btf_tracepoint(function = $tp)]
+        pub fn $btf_b(c: BtfTracePointContext) -> i32 {
+            let ($ctx, $i) = (&c, $b);
+            $call;
+            0
+        }
+        #[raw_tracepoint(tracepoint = $tp)]
+        pub fn $raw_b(c: RawTracePointContext) -> i32 {
+            let ($ctx, $i) = (&c, $b);
+            $call;
+            0
+        }
+    };
+}
+
+programs!("block_io_start", on_io_start, [io_start, io_start_raw, io_start_q, io_start_q_raw], 0, 1,
+    |c, i| on_io_start(arg(c, i)));
+programs!("block_rq_insert", on_insert, [rq_insert, rq_insert_raw, rq_insert_q, rq_insert_q_raw], 0, 1,
+    |c, i| on_insert(arg(c, i)));
+programs!("block_rq_issue", on_issue, [rq_issue, rq_issue_raw, rq_issue_q, rq_issue_q_raw], 0, 1,
+    |c, i| on_issue(arg(c, i)));
+programs!("block_rq_requeue", on_requeue, [rq_requeue, rq_requeue_raw, rq_requeue_q, rq_requeue_q_raw], 0, 1,
+    |c, i| on_requeue(arg(c, i)));
+programs!("block_rq_merge", on_rq_merge, [rq_merge, rq_merge_raw, rq_merge_q, rq_merge_q_raw], 0, 1,
+    |c, i| on_rq_merge(arg(c, i)));
+programs!("block_rq_complete", on_complete, [rq_complete, rq_complete_raw, rq_complete_q, rq_complete_q_raw], 0, 1,
+    |c, i| on_complete(arg(c, i), arg(c, i + 1) as u32 as u64, arg(c, i + 2) as u32 as u64));
+programs!("block_bio_backmerge", on_bio_merge, [bio_backmerge, bio_backmerge_raw, bio_backmerge_q, bio_backmerge_q_raw], 0, 2,
+    |c, i| on_bio_merge(arg(c, i)));
+programs!("block_bio_frontmerge", on_bio_merge, [bio_frontmerge, bio_frontmerge_raw, bio_frontmerge_q, bio_frontmerge_q_raw], 0, 2,
+    |c, i| on_bio_merge(arg(c, i)));
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[no_mangle]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,102 @@
+//! Builds `observer-ebpf` for `bpfel-unknown-none` and leaves the object in OUT_DIR, from where
+//! `src/probes.rs` embeds it with `include_bytes!`: the daemon is one self-contained binary.
+//!
+//! The choice of toolchain route is made here and only here (see README "Building"):
+//! - `debian`: Debian's `rustc-web` (/usr/bin/rustc, LLVM 22) with its prebuilt `core` for
+//!   bpfel-unknown-none (package libstd-rust-web-dev-bpf), `RUSTC_BOOTSTRAP=1`. What CI uses.
+//! - `rustup`: `rustup run nightly cargo build -Z build-std=core` (needs the rust-src component).
+//! Choose with `OBSERVER_EBPF_TOOLCHAIN=debian|rustup`; by default `debian` when its pieces are
+//! installed, else `rustup`. Both link with `bpf-linker`, which emits BTF (`--btf`).
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context, Result};
+
+const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
+const DEBIAN_BPF_CORE: &str = "/usr/lib/rustlib/bpfel-unknown-none/lib";
+const TARGET: &str = "bpfel-unknown-none";
+
+fn main() -> Result<()> {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
+    let root = manifest.parent().context("workspace root")?.to_path_buf();
+    for dir in ["observer-ebpf/src", "observer-ebpf/Cargo.toml", "observer-common/src", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    }
+    println!("cargo:rerun-if-env-changed=OBSERVER_EBPF_TOOLCHAIN");
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    let target_dir = out_dir.join("ebpf-target");
+
+    if which("bpf-linker").is_none() {
+        bail!(
+            "bpf-linker not found on PATH. Run `scripts/provision.sh` (as root), or install it: \
+             LLVM_PREFIX=/usr/lib/llvm-22 LLVM_SYS_221_PREFIX=/usr/lib/llvm-22 cargo install \
+             bpf-linker --version 0.13.0 --no-default-features --features llvm-22"
+        );
+    }
+    let debian_ready = Path::new(DEBIAN_RUSTC).exists() && Path::new(DEBIAN_BPF_CORE).exists();
+    let route = env::var("OBSERVER_EBPF_TOOLCHAIN")
+        .unwrap_or_else(|_| if debian_ready { "debian".into() } else { "rustup".into() });
+
+    let rustflags = [
+        "--cfg=bpf_target_arch=\"x86_64\"",
+        "-Cdebuginfo=2",
+        "-Clink-arg=--btf",
+    ]
+    .join("\x1f");
+    let mut cmd = match route.as_str() {
+        "debian" => {
+            if !debian_ready {
+                bail!(
+                    "OBSERVER_EBPF_TOOLCHAIN=debian but {DEBIAN_RUSTC} or {DEBIAN_BPF_CORE} is missing: \
+                     run `scripts/provision.sh` or `apt-get install rustc-web libstd-rust-web-dev-bpf`"
+                );
+            }
+            let mut c = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+            c.env("RUSTC", DEBIAN_RUSTC).env("RUSTC_BOOTSTRAP", "1");
+            c.args(["build"]);
+            c
+        }
+        "rustup" => {
+            if which("rustup").is_none() {
+                bail!(
+                    "no eBPF toolchain: install Debian's rustc-web + libstd-rust-web-dev-bpf \
+                     (scripts/provision.sh), or rustup with `rustup toolchain install nightly \
+                     --component rust-src`"
+                );
+            }
+            let mut c = Command::new("rustup");
+            c.args(["run", "nightly", "cargo", "build", "-Z", "build-std=core"]);
+            c.env_remove("RUSTC");
+            c
+        }
+        other => bail!("OBSERVER_EBPF_TOOLCHAIN={other}: use `debian` or `rustup`"),
+    };
+    // Do not leak the host build's settings into the BPF build.
+    for (k, _) in env::vars() {
+        if k.starts_with("CARGO_") && k != "CARGO_HOME" || k == "RUSTC_WRAPPER" || k == "RUSTFLAGS" {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.current_dir(&root)
+        .args(["-p", "observer-ebpf", "--release", "--target", TARGET, "--target-dir"])
+        .arg(&target_dir)
+        .env("CARGO_ENCODED_RUSTFLAGS", rustflags)
+        .env("CARGO_TARGET_BPFEL_UNKNOWN_NONE_LINKER", "bpf-linker");
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("building observer-ebpf ({route} route) failed: {status}; see the output above");
+    }
+    let obj = target_dir.join(TARGET).join("release/observer");
+    std::fs::copy(&obj, out_dir.join("observer.bpf.o"))
+        .with_context(|| format!("copying {}", obj.display()))?;
+    Ok(())
+}
+
+fn which(bin: &str) -> Option<PathBuf> {
+    env::var_os("PATH").and_then(|paths| {
+        env::split_paths(&paths).map(|p| p.join(bin)).find(|p| p.is_file())
+    })
+}

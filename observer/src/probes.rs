@@ -1,0 +1,177 @@
+//! Loads the embedded eBPF object, hands it the kernel layout, and attaches one program per
+//! block tracepoint (tp_btf preferred, raw_tp fallback, the argument layout the kernel has).
+
+use aya::{
+    maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap},
+    programs::{BtfTracePoint, RawTracePoint},
+    Btf, Ebpf, EbpfLoader,
+};
+use observer_common::maps::{self as m, ClassKey, ClassStats, ErrorKey, Inflight};
+use tracing::{info, warn};
+
+use crate::kernel_layout::{ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF};
+
+/// The eBPF object built by build.rs from `observer-ebpf`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer.bpf.o"));
+
+/// Errors while loading or attaching. Each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// Kernel BTF missing or incomplete.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// Not enough privilege.
+    #[error("missing {0}: run as root, or grant the capabilities (e.g. systemd AmbientCapabilities=CAP_BPF CAP_PERFMON)")]
+    Privilege(String),
+    /// The kernel refused the object or a program.
+    #[error("loading the eBPF programs failed at {what}: {source:#}")]
+    Load {
+        /// Which step.
+        what: String,
+        /// The loader's error (with the verifier log, if any).
+        source: anyhow::Error,
+    },
+}
+
+/// Where and how the programs are attached, for logs and `blkobs_build_info`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AttachInfo {
+    /// `tp_btf` or `raw_tp` (the first program decides; all use the same kind when possible).
+    pub mode: &'static str,
+    /// The tracepoint used as "entered the block layer".
+    pub enter_tracepoint: &'static str,
+}
+
+/// The maps the daemon reads, owned (taken out of the [`Ebpf`] object).
+pub struct Maps {
+    /// `INFLIGHT`: request pointer → state.
+    pub inflight: HashMap<MapData, u64, Inflight>,
+    /// `CLASS_STATS`: (dev, class) → per-CPU stats.
+    pub class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats>,
+    /// `ERRORS`: (dev, class, status) → per-CPU count.
+    pub errors: PerCpuHashMap<MapData, ErrorKey, u64>,
+    /// `COUNTERS`: [`observer_common::maps::Counter`] → per-CPU count.
+    pub counters: PerCpuArray<MapData, u64>,
+    /// Capacity of `INFLIGHT` (entries).
+    pub inflight_capacity: u32,
+    /// Capacity of `CLASS_STATS` (entries).
+    pub class_stats_capacity: u32,
+}
+
+/// Attached programs; dropping this detaches everything.
+pub struct Probes {
+    _ebpf: Ebpf,
+    /// How they were attached.
+    pub info: AttachInfo,
+}
+
+/// Checks CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN) in the effective set.
+pub fn check_privileges() -> Result<(), ProbeError> {
+    use caps::{CapSet, Capability};
+    let has = |c| caps::has_cap(None, CapSet::Effective, c).unwrap_or(false);
+    if has(Capability::CAP_SYS_ADMIN) {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [(Capability::CAP_BPF, "CAP_BPF"), (Capability::CAP_PERFMON, "CAP_PERFMON")]
+        .into_iter()
+        .filter(|(c, _)| !has(*c))
+        .map(|(_, n)| n)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ProbeError::Privilege(missing.join(" and ")))
+    }
+}
+
+/// Number of `CLASS_STATS` entries that fit a memory budget on this machine.
+pub fn class_stats_entries(budget_mib: u32) -> u32 {
+    let cpus = aya::util::nr_cpus().unwrap_or(1).max(1) as u64;
+    let per_entry = std::mem::size_of::<ClassStats>() as u64 * cpus;
+    ((budget_mib as u64 * 1024 * 1024) / per_entry).clamp(64, 65536) as u32
+}
+
+fn load_err(what: impl Into<String>) -> impl FnOnce(anyhow::Error) -> ProbeError {
+    let what = what.into();
+    move |source| ProbeError::Load { what, source }
+}
+
+/// Loads and attaches everything; returns the probes (keep them alive) and the maps.
+pub fn attach(inflight_entries: u32, stats_memory_mib: u32) -> Result<(Probes, Maps), ProbeError> {
+    check_privileges()?;
+    let kbtf = KernelBtf::from_file(VMLINUX_BTF)?;
+    let layout = kbtf.kernel_layout()?;
+    let btf = Btf::from_sys_fs().map_err(|e| load_err("reading kernel BTF for tp_btf")(e.into()))?;
+    let stats_entries = class_stats_entries(stats_memory_mib);
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(&btf))
+        .override_global("LAYOUT", &layout, true)
+        .map_max_entries(m::INFLIGHT, inflight_entries)
+        .map_max_entries(m::CLASS_STATS, stats_entries)
+        .load(OBJECT)
+        .map_err(|e| load_err("loading the object")(e.into()))?;
+
+    let enter_tp = if layout.enter_fallback != 0 {
+        warn!("kernel has no block_io_start tracepoint (Linux < 6.5): requests enter at block_rq_insert \
+               or, when directly issued, at block_rq_issue (queue time 0); PREFLUSH/FUA may already be stripped");
+        "block_rq_insert"
+    } else {
+        "block_io_start"
+    };
+    // Attach from the end of a request's life to its start, so every request that gets an
+    // entry is sure to be seen at dispatch and completion.
+    let mut plan: Vec<(&str, &str)> = vec![
+        ("rq_complete", "block_rq_complete"),
+        ("rq_requeue", "block_rq_requeue"),
+        ("rq_merge", "block_rq_merge"),
+        ("bio_backmerge", "block_bio_backmerge"),
+        ("bio_frontmerge", "block_bio_frontmerge"),
+        ("rq_issue", "block_rq_issue"),
+    ];
+    plan.push(if layout.enter_fallback != 0 { ("rq_insert", "block_rq_insert") } else { ("io_start", "block_io_start") });
+
+    let mut mode = "tp_btf";
+    for (base, tp) in plan {
+        let layout = kbtf
+            .arg_layout(tp)
+            .ok_or_else(|| ProbeError::Layout(LayoutError::Missing(format!("tracepoint {tp}"))))?;
+        let name = match layout {
+            ArgLayout::Current => base.to_string(),
+            ArgLayout::QueueFirst => format!("{base}_q"),
+        };
+        let btf_result = (|| -> anyhow::Result<()> {
+            let prog: &mut BtfTracePoint =
+                ebpf.program_mut(&name).ok_or_else(|| anyhow::anyhow!("no program {name}"))?.try_into()?;
+            prog.load(tp, &btf)?;
+            prog.attach()?;
+            Ok(())
+        })();
+        if let Err(e) = btf_result {
+            warn!(tracepoint = tp, error = %format!("{e:#}"), "tp_btf attach failed; falling back to raw_tp");
+            mode = "raw_tp";
+            let raw = format!("{name}_raw");
+            let prog: &mut RawTracePoint = ebpf
+                .program_mut(&raw)
+                .ok_or_else(|| load_err(raw.clone())(anyhow::anyhow!("program missing from object")))?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| load_err(raw.clone())(e.into()))?;
+            prog.load().map_err(|e| load_err(format!("loading {raw}"))(e.into()))?;
+            prog.attach(tp).map_err(|e| load_err(format!("attaching {raw} to {tp}"))(e.into()))?;
+        }
+    }
+    info!(mode, enter = enter_tp, class_stats_entries = stats_entries, inflight_entries, "eBPF programs attached");
+
+    let take = |ebpf: &mut Ebpf, name: &str| {
+        ebpf.take_map(name).ok_or_else(|| load_err(format!("map {name}"))(anyhow::anyhow!("missing from object")))
+    };
+    let conv = |name: &'static str| move |e: aya::maps::MapError| load_err(format!("map {name}"))(e.into());
+    let maps = Maps {
+        inflight: HashMap::try_from(take(&mut ebpf, m::INFLIGHT)?).map_err(conv(m::INFLIGHT))?,
+        class_stats: PerCpuHashMap::try_from(take(&mut ebpf, m::CLASS_STATS)?).map_err(conv(m::CLASS_STATS))?,
+        errors: PerCpuHashMap::try_from(take(&mut ebpf, m::ERRORS)?).map_err(conv(m::ERRORS))?,
+        counters: PerCpuArray::try_from(take(&mut ebpf, m::COUNTERS)?).map_err(conv(m::COUNTERS))?,
+        inflight_capacity: inflight_entries,
+        class_stats_capacity: stats_entries,
+    };
+    Ok((Probes { _ebpf: ebpf, info: AttachInfo { mode, enter_tracepoint: enter_tp } }, maps))
+}

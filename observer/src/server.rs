@@ -1,0 +1,47 @@
+//! HTTP endpoints: `GET /metrics` (Prometheus text format) and `GET /healthz`.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::State,
+    http::{header, StatusCode},
+    response::IntoResponse,
+    routing::get,
+    Router,
+};
+
+use crate::{config::DeviceFilter, metrics::BucketMap, probes::{AttachInfo, Maps}, snapshot::Snapshot};
+
+/// What the handlers share.
+pub struct AppState {
+    /// The kernel maps.
+    pub maps: Maps,
+    /// Exported devices.
+    pub filter: DeviceFilter,
+    /// Exported buckets.
+    pub buckets: BucketMap,
+    /// Attach details for build_info.
+    pub info: AttachInfo,
+}
+
+/// The router.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "not found: try /metrics or /healthz\n") })
+        .with_state(state)
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+    // Map reads are syscalls: keep them off the async workers.
+    let body = tokio::task::spawn_blocking(move || {
+        let snap = Snapshot::read(&st.maps, &st.filter);
+        crate::metrics::render(&snap, &st.buckets, &st.info)
+    })
+    .await;
+    match body {
+        Ok(body) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("scrape failed: {e}\n")).into_response(),
+    }
+}

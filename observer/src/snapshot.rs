@@ -1,0 +1,161 @@
+//! A point-in-time read of the kernel maps, summed over CPUs and keyed by device name: the one
+//! place where userspace turns raw map contents into domain values.
+
+use std::collections::BTreeMap;
+
+use observer_common::{
+    class::Class,
+    hist::NBUCKETS,
+    maps::{ClassStats, Counter},
+    Stage,
+};
+
+use crate::{config::DeviceFilter, devices, probes::Maps};
+
+/// One stage's histogram, summed over CPUs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StageTotals {
+    /// Sum of latencies (ns).
+    pub sum_ns: u64,
+    /// Counts per kernel bucket ([`observer_common::hist`]); the last is overflow.
+    pub buckets: Vec<u64>,
+}
+
+impl StageTotals {
+    fn new() -> Self {
+        Self { sum_ns: 0, buckets: vec![0; NBUCKETS] }
+    }
+
+    /// Number of samples.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+}
+
+/// Everything recorded for one (device, class), summed over CPUs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassTotals {
+    /// Histograms indexed by [`Stage`] as usize.
+    pub stages: Vec<StageTotals>,
+    /// Completed requests.
+    pub requests: u64,
+    /// Completed bytes.
+    pub bytes: u64,
+    /// Merges (bios into requests, requests into requests).
+    pub merges: u64,
+    /// Requeues.
+    pub requeues: u64,
+}
+
+impl ClassTotals {
+    fn new() -> Self {
+        Self { stages: Stage::ALL.iter().map(|_| StageTotals::new()).collect(), requests: 0, bytes: 0, merges: 0, requeues: 0 }
+    }
+
+    fn add(&mut self, v: &ClassStats) {
+        for (dst, src) in self.stages.iter_mut().zip(v.stages.iter()) {
+            dst.sum_ns += src.sum_ns;
+            for (d, s) in dst.buckets.iter_mut().zip(src.buckets.iter()) {
+                *d += s;
+            }
+        }
+        self.requests += v.requests;
+        self.bytes += v.bytes;
+        self.merges += v.merges;
+        self.requeues += v.requeues;
+    }
+}
+
+/// Requests in flight on one device right now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InflightCounts {
+    /// Entered, not dispatched (or requeued and waiting for re-dispatch).
+    pub queue: u64,
+    /// Dispatched to the driver, not completed.
+    pub device: u64,
+}
+
+/// Global self-monitoring counters, summed over CPUs (see [`Counter`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SelfCounters {
+    /// [`Counter::UntrackedCompletions`].
+    pub untracked_completions: u64,
+    /// [`Counter::InflightFull`].
+    pub inflight_full: u64,
+    /// [`Counter::StatsFull`].
+    pub stats_full: u64,
+    /// [`Counter::ClockAnomalies`].
+    pub clock_anomalies: u64,
+    /// [`Counter::StaleEntries`].
+    pub stale_entries: u64,
+}
+
+/// A read of all maps.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// (device, class) → totals. Only devices the filter allows.
+    pub classes: BTreeMap<(String, Class), ClassTotals>,
+    /// device → in-flight counts (every device with stats or in-flight requests).
+    pub inflight: BTreeMap<String, InflightCounts>,
+    /// (device, class, blk_status_t) → failed completions.
+    pub errors: BTreeMap<(String, Class, u8), u64>,
+    /// Self-monitoring.
+    pub counters: SelfCounters,
+    /// Entries in INFLIGHT / its capacity.
+    pub inflight_entries: (u64, u32),
+    /// Entries in CLASS_STATS / its capacity.
+    pub class_stats_entries: (u64, u32),
+}
+
+impl Snapshot {
+    /// Reads every map once. Errors of single entries (a key deleted while iterating) are skipped.
+    pub fn read(maps: &Maps, filter: &DeviceFilter) -> Snapshot {
+        let mut s = Snapshot::default();
+        let mut names: BTreeMap<u32, Option<String>> = BTreeMap::new();
+        let mut name_of = |dev: u32| -> Option<String> {
+            names
+                .entry(dev)
+                .or_insert_with(|| {
+                    let n = devices::name(dev);
+                    filter.allows(&n).then_some(n)
+                })
+                .clone()
+        };
+        let mut n_stats = 0;
+        for (key, values) in maps.class_stats.iter().flatten() {
+            n_stats += 1;
+            let Some(dev) = name_of(key.dev) else { continue };
+            let t = s.classes.entry((dev.clone(), Class(key.class))).or_insert_with(ClassTotals::new);
+            for v in values.iter() {
+                t.add(v);
+            }
+            s.inflight.entry(dev).or_default();
+        }
+        let mut n_inflight = 0;
+        for (_, e) in maps.inflight.iter().flatten() {
+            n_inflight += 1;
+            let Some(dev) = name_of(e.dev) else { continue };
+            let c = s.inflight.entry(dev).or_default();
+            if e.dispatch_ns == 0 || e.requeued != 0 {
+                c.queue += 1;
+            } else {
+                c.device += 1;
+            }
+        }
+        for (key, values) in maps.errors.iter().flatten() {
+            let Some(dev) = name_of(key.dev) else { continue };
+            *s.errors.entry((dev, Class(key.class), key.status)).or_default() += values.iter().sum::<u64>();
+        }
+        let counter = |c: Counter| maps.counters.get(&(c as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
+        s.counters = SelfCounters {
+            untracked_completions: counter(Counter::UntrackedCompletions),
+            inflight_full: counter(Counter::InflightFull),
+            stats_full: counter(Counter::StatsFull),
+            clock_anomalies: counter(Counter::ClockAnomalies),
+            stale_entries: counter(Counter::StaleEntries),
+        };
+        s.inflight_entries = (n_inflight, maps.inflight_capacity);
+        s.class_stats_entries = (n_stats, maps.class_stats_capacity);
+        s
+    }
+}

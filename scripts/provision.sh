@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs everything needed to build the eBPF programs (Debian route) and to run the test suite.
+# Idempotent: every step checks first. Needs root (apt-get) and access to Debian's and crates.io's registries.
+set -euo pipefail
+
+log() { printf '[provision] %s\n' "$*" >&2; }
+
+APT_PKGS=(
+  # Debian route for the eBPF build: rustc 1.96 on LLVM 22 + prebuilt core for bpfel-unknown-none.
+  rustc-web libstd-rust-web-dev-bpf
+  # bpf-linker builds against Debian's LLVM 22.
+  llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev
+  # Tests: real filesystems, workloads, witnesses.
+  xfsprogs e2fsprogs fio fsmark prometheus bpftool util-linux curl
+)
+
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing Debian packages: ${missing[*]}"
+    log "run as root, or install them yourself: sudo apt-get install -y ${missing[*]}"
+    exit 1
+  fi
+  log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+BPF_LINKER_VERSION=0.13.0
+if ! command -v bpf-linker >/dev/null 2>&1 || ! bpf-linker --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION"; then
+  log "installing bpf-linker $BPF_LINKER_VERSION against /usr/lib/llvm-22 (about a minute)"
+  LLVM_PREFIX=/usr/lib/llvm-22 LLVM_SYS_221_PREFIX=/usr/lib/llvm-22 \
+    cargo install --locked bpf-linker --version "$BPF_LINKER_VERSION" --no-default-features --features llvm-22 \
+    || { log "bpf-linker build failed; it needs llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev"; exit 1; }
+fi
+log "toolchain ready: $(/usr/bin/rustc --version), $(bpf-linker --version)"
