@@ -259,11 +259,13 @@ fn on_complete(rq: u64, error: u64, nr_bytes: u64) {
     let l = layout();
     let rq_flags: u32 = read(rq, l.rq_rq_flags);
     let data_len: u32 = read(rq, l.rq_data_len);
-    // Final unless more bytes remain, or the request is inside a flush sequence (its data part
-    // completes once with RQF_FLUSH_SEQ set, then again with 0 bytes when the post-flush is done).
-    let is_final = rq_flags & l.rqf_flush_seq == 0 && nr_bytes >= data_len as u64;
+    // The flush request completes once (it carries RQF_FLUSH_SEQ itself). A data request is
+    // final unless more bytes remain, or it is inside a flush sequence (its data part completes
+    // once with RQF_FLUSH_SEQ set, then again with 0 bytes when the post-flush is done).
+    let data_final = rq_flags & l.rqf_flush_seq == 0 && nr_bytes >= data_len as u64;
     let Some(ep) = INFLIGHT.get_ptr_mut(&rq) else {
-        if is_final {
+        let flags: u32 = read(rq, l.rq_cmd_flags);
+        if data_final || flags & l.op_mask == l.op_flush {
             count(Counter::UntrackedCompletions);
             if error != 0 {
                 error_seen(rq_dev(rq, &l), 0, error);
@@ -273,7 +275,7 @@ fn on_complete(rq: u64, error: u64, nr_bytes: u64) {
     };
     let e = unsafe { &mut *ep };
     e.bytes += nr_bytes;
-    if !is_final {
+    if !(data_final || e.enter_ns == 0) {
         return;
     }
     let e = *e;
