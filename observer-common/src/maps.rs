@@ -96,6 +96,9 @@ pub struct ClassStats {
     pub merges: u64,
     /// Requeues of completed requests.
     pub requeues: u64,
+    /// Requests counted in `requests` whose completion was never seen (the struct was reused
+    /// or the kernel reported none in flight), so no latency or bytes were recorded.
+    pub lost: u64,
 }
 
 impl ClassStats {
@@ -106,6 +109,7 @@ impl ClassStats {
         bytes: 0,
         merges: 0,
         requeues: 0,
+        lost: 0,
     };
 }
 
@@ -137,7 +141,7 @@ pub enum Counter {
     /// Timestamps that went backwards (never expected; such samples are dropped).
     ClockAnomalies = 3,
     /// Requests seen dispatched twice without a requeue or completion in between (a lost
-    /// completion); the stale state was reset.
+    /// completion, counted in `ClassStats::lost`); the stale state was reset.
     StaleEntries = 4,
 }
 

@@ -135,9 +135,13 @@ fn observe(h: &mut StageHist, ns: u64) {
     h.sum_ns += ns;
 }
 
-/// Starts tracking a request that entered the block layer; `flags` are its original cmd_flags.
+/// Starts tracking a request that entered the block layer, with its original cmd_flags.
+///
+/// An existing entry for the same `struct request *` means the struct was freed and reused
+/// since we saw it enter: its completion never reached `block_rq_complete` here. With
+/// `replace`, that request is counted as completed with its latency lost, and replaced.
 #[inline(always)]
-fn enter(rq: u64, now: u64, dispatch_ns: u64, map_flags: u64, l: &KernelLayout) {
+fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayout) {
     let flags: u32 = read(rq, l.rq_cmd_flags);
     let e = Inflight {
         enter_ns: now,
@@ -148,11 +152,24 @@ fn enter(rq: u64, now: u64, dispatch_ns: u64, map_flags: u64, l: &KernelLayout) 
         requeues: 0,
         requeued: 0,
     };
-    if let Err(err) = INFLIGHT.insert(&rq, &e, map_flags) {
-        // -EEXIST is expected with BPF_NOEXIST; anything else means the map is full.
-        if err != -17 {
-            count(Counter::InflightFull);
+    match INFLIGHT.insert(&rq, &e, BPF_NOEXIST as u64) {
+        Ok(()) => {}
+        Err(-17) if replace => {
+            if let Some(old) = INFLIGHT.get_ptr(&rq) {
+                let (dev, class) = unsafe { ((*old).dev, (*old).class) };
+                if let Some(s) = stats(dev, class) {
+                    unsafe {
+                        (*s).requests += 1;
+                        (*s).lost += 1;
+                    }
+                }
+            }
+            if INFLIGHT.insert(&rq, &e, BPF_ANY as u64).is_err() {
+                count(Counter::InflightFull);
+            }
         }
+        Err(-17) => {}
+        Err(_) => count(Counter::InflightFull),
     }
 }
 
@@ -160,7 +177,7 @@ fn enter(rq: u64, now: u64, dispatch_ns: u64, map_flags: u64, l: &KernelLayout) 
 #[inline(always)]
 fn on_io_start(rq: u64) {
     let l = layout();
-    enter(rq, unsafe { bpf_ktime_get_ns() }, 0, BPF_ANY as u64, &l);
+    enter(rq, unsafe { bpf_ktime_get_ns() }, 0, true, &l);
 }
 
 /// block_rq_insert(rq): used as "enter" only on kernels without block_io_start.
@@ -168,7 +185,7 @@ fn on_io_start(rq: u64) {
 fn on_insert(rq: u64) {
     let l = layout();
     if l.enter_fallback != 0 {
-        enter(rq, unsafe { bpf_ktime_get_ns() }, 0, BPF_NOEXIST as u64, &l);
+        enter(rq, unsafe { bpf_ktime_get_ns() }, 0, false, &l);
     }
 }
 
@@ -190,8 +207,15 @@ fn on_issue(rq: u64) {
             return;
         }
         // Dispatched twice without requeue or completion: the struct was reused after a
-        // completion we missed. Never let the stale timestamps produce a latency.
+        // completion we missed (typically the shared flush request). Count that request as
+        // completed with its latency lost; never let the stale timestamps produce a latency.
         count(Counter::StaleEntries);
+        if let Some(s) = stats(e.dev, e.class) {
+            unsafe {
+                (*s).requests += 1;
+                (*s).lost += 1;
+            }
+        }
         let _ = INFLIGHT.remove(&rq);
     }
     let flags: u32 = read(rq, l.rq_cmd_flags);
@@ -211,7 +235,7 @@ fn on_issue(rq: u64) {
         }
     } else if l.enter_fallback != 0 {
         // Directly issued without insert on a kernel without block_io_start: queue time is 0.
-        enter(rq, now, now, BPF_NOEXIST as u64, &l);
+        enter(rq, now, now, false, &l);
     }
 }
 

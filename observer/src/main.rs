@@ -5,6 +5,7 @@ mod devices;
 mod kernel_layout;
 mod metrics;
 mod probes;
+mod reaper;
 mod server;
 mod snapshot;
 
@@ -98,6 +99,20 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         filter: DeviceFilter::new(&cfg.devices),
         buckets: metrics::BucketMap::new(&cfg.histogram.buckets),
         info: probes.info.clone(),
+        reaped: reaper::Reaped::default(),
+    });
+    let reaper_state = state.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let st = reaper_state.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
+                reaper::reap(&mut map, &st.reaped)
+            })
+            .await;
+        }
     });
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await

@@ -7,6 +7,7 @@
 //! | `blkobs_bytes_total` | counter | device, op, flags |
 //! | `blkobs_merges_total` | counter | device, op, flags |
 //! | `blkobs_requeues_total` | counter | device, op, flags |
+//! | `blkobs_lost_completions_total` | counter | device, op, flags |
 //! | `blkobs_request_errors_total` | counter | device, op, status |
 //! | `blkobs_inflight_requests` | gauge | device, stage (queue, device) |
 //! | `blkobs_untracked_completions_total`, `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info` | self-monitoring | |
@@ -161,11 +162,12 @@ pub fn render(s: &Snapshot, buckets: &BucketMap, info: &AttachInfo) -> String {
     ));
 
     type Get = fn(&crate::snapshot::ClassTotals) -> u64;
-    let per_class: [(&str, &str, Get); 4] = [
+    let per_class: [(&str, &str, Get); 5] = [
         ("blkobs_requests_total", "Completed block requests (final completion; merged-away requests are not counted).", |t| t.requests),
         ("blkobs_bytes_total", "Bytes of completed block requests.", |t| t.bytes),
         ("blkobs_merges_total", "Bios merged into existing requests plus requests merged into others.", |t| t.merges),
         ("blkobs_requeues_total", "Times completed requests had been requeued to be dispatched again.", |t| t.requeues),
+        ("blkobs_lost_completions_total", "Completed requests (included in blkobs_requests_total) whose completion event never reached the programs: no latency or bytes recorded.", |t| t.lost),
     ];
     for (name, help, get) in per_class {
         let ms = s

@@ -2,7 +2,7 @@
 //! block tracepoint (tp_btf preferred, raw_tp fallback, the argument layout the kernel has).
 
 use aya::{
-    maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap, IterableMap, MapData, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePoint, RawTracePoint},
     Btf, Ebpf, EbpfLoader,
 };
@@ -44,8 +44,10 @@ pub struct AttachInfo {
 
 /// The maps the daemon reads, owned (taken out of the [`Ebpf`] object).
 pub struct Maps {
-    /// `INFLIGHT`: request pointer → state.
+    /// `INFLIGHT`: request pointer → state (read side, for scrapes).
     pub inflight: HashMap<MapData, u64, Inflight>,
+    /// A second handle on `INFLIGHT` for the [`crate::reaper`], the only userspace writer.
+    pub inflight_rw: std::sync::Mutex<HashMap<MapData, u64, Inflight>>,
     /// `CLASS_STATS`: (dev, class) → per-CPU stats.
     pub class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats>,
     /// `ERRORS`: (dev, class, status) → per-CPU count.
@@ -139,7 +141,11 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32) -> Result<(Probes, M
             ArgLayout::Current => base.to_string(),
             ArgLayout::QueueFirst => format!("{base}_q"),
         };
+        let force_raw = std::env::var("OBSERVER_ATTACH").as_deref() == Ok("raw_tp");
         let btf_result = (|| -> anyhow::Result<()> {
+            if force_raw {
+                anyhow::bail!("OBSERVER_ATTACH=raw_tp");
+            }
             let prog: &mut BtfTracePoint =
                 ebpf.program_mut(&name).ok_or_else(|| anyhow::anyhow!("no program {name}"))?.try_into()?;
             prog.load(tp, &btf)?;
@@ -165,8 +171,15 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32) -> Result<(Probes, M
         ebpf.take_map(name).ok_or_else(|| load_err(format!("map {name}"))(anyhow::anyhow!("missing from object")))
     };
     let conv = |name: &'static str| move |e: aya::maps::MapError| load_err(format!("map {name}"))(e.into());
+    let inflight: HashMap<MapData, u64, Inflight> =
+        HashMap::try_from(take(&mut ebpf, m::INFLIGHT)?).map_err(conv(m::INFLIGHT))?;
+    let inflight_id = IterableMap::map(&inflight).info().map_err(conv(m::INFLIGHT))?.id();
+    let inflight_rw = MapData::from_id(inflight_id).map_err(conv(m::INFLIGHT))?;
     let maps = Maps {
-        inflight: HashMap::try_from(take(&mut ebpf, m::INFLIGHT)?).map_err(conv(m::INFLIGHT))?,
+        inflight,
+        inflight_rw: std::sync::Mutex::new(
+            HashMap::try_from(aya::maps::Map::HashMap(inflight_rw)).map_err(conv(m::INFLIGHT))?,
+        ),
         class_stats: PerCpuHashMap::try_from(take(&mut ebpf, m::CLASS_STATS)?).map_err(conv(m::CLASS_STATS))?,
         errors: PerCpuHashMap::try_from(take(&mut ebpf, m::ERRORS)?).map_err(conv(m::ERRORS))?,
         counters: PerCpuArray::try_from(take(&mut ebpf, m::COUNTERS)?).map_err(conv(m::COUNTERS))?,

@@ -10,7 +10,7 @@ use axum::{
     Router,
 };
 
-use crate::{config::DeviceFilter, metrics::BucketMap, probes::{AttachInfo, Maps}, snapshot::Snapshot};
+use crate::{config::DeviceFilter, metrics::BucketMap, probes::{AttachInfo, Maps}, reaper::Reaped, snapshot::Snapshot};
 
 /// What the handlers share.
 pub struct AppState {
@@ -22,6 +22,8 @@ pub struct AppState {
     pub buckets: BucketMap,
     /// Attach details for build_info.
     pub info: AttachInfo,
+    /// Requests retired by the reaper.
+    pub reaped: Reaped,
 }
 
 /// The router.
@@ -36,7 +38,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     // Map reads are syscalls: keep them off the async workers.
     let body = tokio::task::spawn_blocking(move || {
-        let snap = Snapshot::read(&st.maps, &st.filter);
+        let snap = Snapshot::read(&st.maps, &st.reaped, &st.filter);
         crate::metrics::render(&snap, &st.buckets, &st.info)
     })
     .await;

@@ -10,7 +10,7 @@ use observer_common::{
     Stage,
 };
 
-use crate::{config::DeviceFilter, devices, probes::Maps};
+use crate::{config::DeviceFilter, devices, probes::Maps, reaper::Reaped};
 
 /// One stage's histogram, summed over CPUs.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,11 +45,13 @@ pub struct ClassTotals {
     pub merges: u64,
     /// Requeues.
     pub requeues: u64,
+    /// Completed requests whose completion was not seen: counted in `requests`, no latency.
+    pub lost: u64,
 }
 
 impl ClassTotals {
     fn new() -> Self {
-        Self { stages: Stage::ALL.iter().map(|_| StageTotals::new()).collect(), requests: 0, bytes: 0, merges: 0, requeues: 0 }
+        Self { stages: Stage::ALL.iter().map(|_| StageTotals::new()).collect(), requests: 0, bytes: 0, merges: 0, requeues: 0, lost: 0 }
     }
 
     fn add(&mut self, v: &ClassStats) {
@@ -63,6 +65,7 @@ impl ClassTotals {
         self.bytes += v.bytes;
         self.merges += v.merges;
         self.requeues += v.requeues;
+        self.lost += v.lost;
     }
 }
 
@@ -109,7 +112,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Reads every map once. Errors of single entries (a key deleted while iterating) are skipped.
-    pub fn read(maps: &Maps, filter: &DeviceFilter) -> Snapshot {
+    pub fn read(maps: &Maps, reaped: &Reaped, filter: &DeviceFilter) -> Snapshot {
         let mut s = Snapshot::default();
         let mut names: BTreeMap<u32, Option<String>> = BTreeMap::new();
         let mut name_of = |dev: u32| -> Option<String> {
@@ -130,6 +133,12 @@ impl Snapshot {
                 t.add(v);
             }
             s.inflight.entry(dev).or_default();
+        }
+        for (key, n) in reaped.0.lock().expect("reaper lock").iter() {
+            let Some(dev) = name_of(key.dev) else { continue };
+            let t = s.classes.entry((dev, Class(key.class))).or_insert_with(ClassTotals::new);
+            t.requests += n;
+            t.lost += n;
         }
         let mut n_inflight = 0;
         for (_, e) in maps.inflight.iter().flatten() {
