@@ -170,3 +170,51 @@ impl Class {
         core::str::from_utf8(&out[..n]).unwrap_or("?")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 6.18 values (include/linux/blk_types.h); the daemon reads them from BTF at runtime.
+    fn layout() -> KernelLayout {
+        KernelLayout {
+            op_mask: 0xff,
+            op_read: 0,
+            op_write: 1,
+            op_flush: 2,
+            op_discard: 3,
+            op_write_zeroes: 9,
+            flag_sync: 1 << 11,
+            flag_meta: 1 << 12,
+            flag_fua: 1 << 17,
+            flag_preflush: 1 << 18,
+            flag_rahead: 1 << 19,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn xfs_log_write_decodes_to_fwfsm() {
+        let l = layout();
+        let opf = 1 | 1 << 11 | 1 << 12 | 1 << 15 /* IDLE, not exported */ | 1 << 17 | 1 << 18;
+        let c = Class(classify(opf, &l));
+        assert_eq!(c.op(), Op::Write);
+        assert!(c.has(PREFLUSH) && c.has(FUA) && c.has(SYNC) && c.has(META) && !c.has(RAHEAD));
+        assert_eq!(c.rwbs(&mut [0; 8]), "FWFSM");
+    }
+
+    #[test]
+    fn ops_and_flags() {
+        let l = layout();
+        assert_eq!(Class(classify(0, &l)).rwbs(&mut [0; 8]), "R");
+        assert_eq!(Class(classify(1 << 19, &l)).rwbs(&mut [0; 8]), "RA");
+        assert_eq!(Class(classify(2, &l)).op(), Op::Flush);
+        assert_eq!(Class(classify(3 | 1 << 11, &l)).rwbs(&mut [0; 8]), "DS");
+        assert_eq!(Class(classify(9, &l)).op(), Op::WriteZeroes);
+        assert_eq!(Class(classify(5, &l)).op(), Op::Other); // secure erase
+        assert_eq!(Class(classify(35, &l)).op(), Op::Other); // driver private
+        for op in Op::ALL {
+            assert_eq!(Op::from_code(op as u16), op);
+        }
+    }
+}

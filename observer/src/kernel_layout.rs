@@ -220,10 +220,28 @@ mod tests {
         assert_eq!(l.flag_fua, 1 << enum_val("__REQ_FUA"));
         assert_eq!(l.flag_preflush, 1 << enum_val("__REQ_PREFLUSH"));
         assert_eq!(l.op_mask, (1 << enum_val("__REQ_FAILFAST_DEV")) - 1);
-        // Offsets: compare with the kernel's own view via pahole-style offsets is not available
-        // without pahole; check the invariants bpftool's C dump implies: field order.
-        assert!(l.rq_q < l.rq_cmd_flags && l.rq_cmd_flags < l.rq_rq_flags);
-        assert!(l.rq_data_len < l.rq_sector);
+        // Offsets: the witness is bpftool's raw dump ("'member' type_id=N bits_offset=M").
+        let raw = std::process::Command::new("bpftool").args(["btf", "dump", "file", VMLINUX_BTF]).output().unwrap();
+        let raw = String::from_utf8_lossy(&raw.stdout);
+        let offset = |st: &str, member: &str| -> u32 {
+            let mut lines = raw.lines().skip_while(|l| !l.contains(&format!("STRUCT '{st}' size="))).skip(1);
+            let line = lines
+                .find(|l| !l.starts_with('\t') || l.trim_start().starts_with(&format!("'{member}' ")))
+                .unwrap_or_else(|| panic!("{st}.{member} not in bpftool dump"));
+            assert!(line.starts_with('\t'), "{st}.{member} not a direct member in bpftool dump");
+            line.rsplit("bits_offset=").next().unwrap().parse::<u32>().unwrap() / 8
+        };
+        assert_eq!(l.rq_q, offset("request", "q"));
+        assert_eq!(l.rq_cmd_flags, offset("request", "cmd_flags"));
+        assert_eq!(l.rq_rq_flags, offset("request", "rq_flags"));
+        assert_eq!(l.rq_data_len, offset("request", "__data_len"));
+        assert_eq!(l.rq_sector, offset("request", "__sector"));
+        assert_eq!(l.q_disk, offset("request_queue", "disk"));
+        assert_eq!(l.disk_major, offset("gendisk", "major"));
+        assert_eq!(l.disk_first_minor, offset("gendisk", "first_minor"));
+        assert_eq!(l.bio_opf, offset("bio", "bi_opf"));
+        assert_eq!(l.bio_bdev, offset("bio", "bi_bdev"));
+        assert_eq!(l.bdev_disk, offset("block_device", "bd_disk"));
         assert_eq!(btf.arg_layout("block_rq_issue"), Some(ArgLayout::Current));
         assert_eq!(btf.tracepoint_args("block_rq_complete").unwrap().len(), 3);
         assert!(btf.tracepoint_args("no_such_tracepoint").is_none());

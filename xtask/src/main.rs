@@ -74,7 +74,7 @@ fn main() -> Result<()> {
         Task::Test { args } => {
             provision()?;
             // Integration tests share loop devices and the kernel's tracepoints: one at a time.
-            run(cargo().args(["test", "--workspace"]).args(&args).args(["--", "--test-threads=1"]))
+            run(cargo().args(["test"]).args(&args).args(["--", "--test-threads=1"]))
         }
     }
 }

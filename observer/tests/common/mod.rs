@@ -1,0 +1,305 @@
+//! Shared fixtures for the real-kernel tests: the daemon, loop devices, mounts, witnesses.
+//! Every fixture cleans up in `Drop`, so a failing assertion leaves nothing behind.
+#![allow(dead_code)]
+
+use std::{
+    collections::BTreeMap,
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+/// True when running under CI, where a test that cannot run must fail.
+pub fn in_ci() -> bool {
+    std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
+}
+
+/// Returns false (after saying why) if the test cannot run here; panics instead under CI.
+pub fn require_root(test: &str) -> bool {
+    let root = unsafe { libc::geteuid() } == 0;
+    let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
+    let tools = ["losetup", "mkfs.xfs", "fio", "mount"].iter().all(|t| which(t));
+    if root && btf && tools {
+        return true;
+    }
+    let why = format!("{test}: needs root, /sys/kernel/btf/vmlinux and losetup/mkfs.xfs/fio (root={root} btf={btf} tools={tools}); run `cargo xtask test` as root");
+    if in_ci() {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED {why}");
+    false
+}
+
+pub fn which(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false)
+        || Path::new("/usr/sbin").join(tool).is_file()
+        || Path::new("/sbin").join(tool).is_file()
+}
+
+/// Runs a command, panicking with its output on failure; returns stdout.
+pub fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The observer daemon on a free loopback port.
+pub struct Daemon {
+    child: Child,
+    pub addr: String,
+}
+
+impl Daemon {
+    pub fn start(extra: &[&str]) -> Daemon {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr = format!("127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_observer"))
+            .args(["--listen", &addr])
+            .args(extra)
+            .env("OBSERVER_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting observer");
+        let mut d = Daemon { child, addr };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = d.child.try_wait().unwrap() {
+                panic!("observer exited early: {status}");
+            }
+            if d.get("/healthz").map(|(s, _)| s == 200).unwrap_or(false) {
+                return d;
+            }
+            assert!(Instant::now() < deadline, "observer did not become healthy in 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// GET a path; (status, body).
+    pub fn get(&self, path: &str) -> Result<(u16, String), String> {
+        match ureq::get(&format!("http://{}{}", self.addr, path)).timeout(Duration::from_secs(10)).call() {
+            Ok(r) => Ok((r.status(), r.into_string().map_err(|e| e.to_string())?)),
+            Err(ureq::Error::Status(code, r)) => Ok((code, r.into_string().unwrap_or_default())),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    pub fn metrics_text(&self) -> String {
+        let (status, body) = self.get("/metrics").expect("scrape");
+        assert_eq!(status, 200);
+        body
+    }
+
+    pub fn scrape(&self) -> Metrics {
+        Metrics::parse(&self.metrics_text())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One sample: name, labels, value.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// A parsed scrape, flattened to samples (histograms as _bucket/_sum/_count).
+pub struct Metrics(pub Vec<Sample>);
+
+impl Metrics {
+    pub fn parse(text: &str) -> Metrics {
+        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("parse exposition");
+        let mut out = Vec::new();
+        for s in scrape.samples {
+            let labels: BTreeMap<String, String> = s.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            match s.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => {
+                    out.push(Sample { name: s.metric, labels, value: v })
+                }
+                prometheus_parse::Value::Histogram(buckets) => {
+                    for b in buckets {
+                        let mut l = labels.clone();
+                        l.insert("le".into(), if b.less_than.is_infinite() { "+Inf".into() } else { b.less_than.to_string() });
+                        out.push(Sample { name: format!("{}_bucket", s.metric), labels: l, value: b.count });
+                    }
+                }
+                prometheus_parse::Value::Summary(_) => {}
+            }
+        }
+        Metrics(out)
+    }
+
+    /// Sum of samples named `name` whose labels include all of `want`.
+    pub fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
+        self.select(name, want).map(|s| s.value).sum()
+    }
+
+    pub fn select<'a>(&'a self, name: &'a str, want: &'a [(&'a str, &'a str)]) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.0.iter().filter(move |s| {
+            s.name == name && want.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+    }
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A loop device over a file in /dev/shm; detached and deleted on drop.
+pub struct LoopDev {
+    pub path: String,
+    pub name: String,
+    file: PathBuf,
+}
+
+impl LoopDev {
+    pub fn new(size_mib: u64, scheduler: &str) -> LoopDev {
+        let file = PathBuf::from(format!(
+            "/dev/shm/blkobs-test-{}-{}.img",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        ));
+        let f = std::fs::File::create(&file).unwrap();
+        f.set_len(size_mib << 20).unwrap();
+        drop(f);
+        let path = match Command::new("losetup").args(["-f", "--show"]).arg(&file).output() {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            other => {
+                let _ = std::fs::remove_file(&file);
+                panic!("losetup failed: {other:?}");
+            }
+        };
+        let name = path.trim_start_matches("/dev/").to_string();
+        let dev = LoopDev { path, name, file };
+        std::fs::write(format!("/sys/block/{}/queue/scheduler", dev.name), scheduler).expect("set scheduler");
+        dev
+    }
+
+    pub fn sysfs(&self, attr: &str) -> String {
+        std::fs::read_to_string(format!("/sys/block/{}/{attr}", self.name)).unwrap().trim().to_string()
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.path]).status();
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// A filesystem made and mounted on a loop device; unmounted on drop.
+pub struct Mount {
+    pub dir: PathBuf,
+    mounted: bool,
+}
+
+impl Mount {
+    pub fn new(dev: &LoopDev, mkfs: &[&str]) -> Mount {
+        let mut args: Vec<&str> = mkfs[1..].to_vec();
+        args.push(&dev.path);
+        sh(mkfs[0], &args);
+        let dir = std::env::temp_dir().join(format!("blkobs-mnt-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst)));
+        std::fs::create_dir_all(&dir).unwrap();
+        sh("mount", &[&dev.path, dir.to_str().unwrap()]);
+        Mount { dir, mounted: true }
+    }
+
+    pub fn unmount(&mut self) {
+        if self.mounted {
+            sh("umount", &[self.dir.to_str().unwrap()]);
+            self.mounted = false;
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.dir).status();
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The /proc/diskstats fields of a device, by name.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiskStats {
+    pub reads: u64,
+    pub reads_merged: u64,
+    pub read_ms: u64,
+    pub writes: u64,
+    pub writes_merged: u64,
+    pub write_ms: u64,
+    pub in_flight: u64,
+    pub discards: u64,
+    pub flushes: u64,
+}
+
+pub fn diskstats(name: &str) -> DiskStats {
+    let text = std::fs::read_to_string("/proc/diskstats").unwrap();
+    let line = text.lines().find(|l| l.split_whitespace().nth(2) == Some(name)).expect("device in diskstats");
+    let f: Vec<u64> = line.split_whitespace().skip(3).map(|v| v.parse().unwrap()).collect();
+    DiskStats {
+        reads: f[0],
+        reads_merged: f[1],
+        read_ms: f[3],
+        writes: f[4],
+        writes_merged: f[5],
+        write_ms: f[7],
+        in_flight: f[8],
+        discards: f.get(11).copied().unwrap_or(0),
+        flushes: f.get(15).copied().unwrap_or(0),
+    }
+}
+
+/// Waits until the device has nothing in flight (diskstats) for a moment.
+pub fn quiesce(name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut quiet = 0;
+    while quiet < 5 {
+        assert!(Instant::now() < deadline, "{name} did not quiesce");
+        if diskstats(name).in_flight == 0 {
+            quiet += 1;
+        } else {
+            quiet = 0;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `n` files of 4 KiB, each written and fsync'ed: the fs_mark-style fsync-per-file load.
+pub fn fsync_files(dir: &Path, n: usize) {
+    use std::io::Write;
+    for i in 0..n {
+        let mut f = std::fs::File::create(dir.join(format!("fsync-{i}"))).unwrap();
+        f.write_all(&[0xa5u8; 4096]).unwrap();
+        f.sync_all().unwrap();
+    }
+}
+
+/// Runs fio with the given job options, returns its JSON output.
+pub fn fio(args: &[&str]) -> serde_json::Value {
+    let out = sh("fio", &[&["--output-format=json"], args].concat());
+    serde_json::from_str(&out).expect("fio JSON")
+}
