@@ -25,6 +25,10 @@ pub struct KernelLayout {
     pub disk_major: u32,
     /// `struct gendisk::first_minor` (int).
     pub disk_first_minor: u32,
+    /// `struct request::bio` (`struct bio *`, first bio).
+    pub rq_bio: u32,
+    /// `struct bio::bi_next` (`struct bio *`).
+    pub bio_next: u32,
     /// `struct bio::bi_opf` (`blk_opf_t`).
     pub bio_opf: u32,
     /// `struct bio::bi_bdev` (`struct block_device *`).
@@ -60,6 +64,17 @@ pub struct KernelLayout {
     /// `block_rq_insert`, or at `block_rq_issue` when directly issued, and their flags are read
     /// after the block layer may have stripped PREFLUSH/FUA.
     pub enter_fallback: u32,
+}
+
+impl KernelLayout {
+    /// All zero: the placeholder compiled into the programs before the daemon fills it in.
+    pub const ZERO: KernelLayout = KernelLayout {
+        rq_q: 0, rq_cmd_flags: 0, rq_rq_flags: 0, rq_data_len: 0, rq_sector: 0, q_disk: 0,
+        disk_major: 0, disk_first_minor: 0, rq_bio: 0, bio_next: 0, bio_opf: 0, bio_bdev: 0,
+        bdev_disk: 0, rqf_flush_seq: 0, op_mask: 0, op_read: 0, op_write: 0, op_flush: 0,
+        op_discard: 0, op_write_zeroes: 0, flag_preflush: 0, flag_fua: 0, flag_sync: 0,
+        flag_meta: 0, flag_rahead: 0, enter_fallback: 0,
+    };
 }
 
 #[cfg(feature = "user")]

@@ -10,6 +10,15 @@
 
 use crate::{hist::NBUCKETS, Stage};
 
+/// `SETTINGS`: array of one [`Settings`], written by the daemon.
+pub const SETTINGS: &str = "SETTINGS";
+/// `DEVSTATE`: hash, disk → [`DevState`].
+pub const DEVSTATE: &str = "DEVSTATE";
+/// `EVENTS`: ring buffer of [`SlowEvent`] and [`StallEvent`].
+pub const EVENTS: &str = "EVENTS";
+/// Default size of `EVENTS` (bytes, a power of two).
+pub const EVENTS_BYTES: u32 = 1 << 20;
+
 /// Map names, as the programs declare them.
 pub const INFLIGHT: &str = "INFLIGHT";
 /// See module docs.
@@ -58,6 +67,17 @@ pub struct Inflight {
     pub requeues: u8,
     /// 1 between a requeue and the next dispatch.
     pub requeued: u8,
+    /// First sector (512 B) at entry.
+    pub sector: u64,
+    /// Size at entry (bytes); grows if bios merge in later.
+    pub size: u32,
+    /// Submitter's process id (tgid), captured at entry in the submitting task (0 for the
+    /// flush request, which the block layer issues itself).
+    pub pid: u32,
+    /// Submitter's cgroup v2 id.
+    pub cgroup: u64,
+    /// Submitter's command name (TASK_COMM_LEN, NUL-padded).
+    pub comm: [u8; 16],
 }
 
 /// Key of `CLASS_STATS`.
@@ -96,6 +116,10 @@ pub struct ClassStats {
     pub merges: u64,
     /// Requeues of completed requests.
     pub requeues: u64,
+    /// Completed requests that exceeded their op's slow threshold (see [`Settings`]).
+    pub slow: u64,
+    /// Latest final completion on this (device, class) on this CPU (ns), 0 if none.
+    pub last_complete_ns: u64,
     /// Requests counted in `requests` whose completion was never seen (the struct was reused
     /// or the kernel reported none in flight), so no latency or bytes were recorded.
     pub lost: u64,
@@ -109,6 +133,8 @@ impl ClassStats {
         bytes: 0,
         merges: 0,
         requeues: 0,
+        slow: 0,
+        last_complete_ns: 0,
         lost: 0,
     };
 }
@@ -127,6 +153,78 @@ pub struct ErrorKey {
     pub _pad: u8,
 }
 
+/// Runtime settings the daemon writes into the `SETTINGS` array (one element) and may update
+/// while running.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Slow-request thresholds (ns) per [`crate::class::Op`] code and [`Stage`] index:
+    /// a completed request is reported when any stage exceeds its threshold. 0 disables a stage.
+    pub slow_ns: [[u64; Stage::COUNT]; 6],
+    /// A stall episode is reported when a device goes longer than this (ns) without completing
+    /// (or dispatching) while it has requests outstanding (or queued).
+    pub stall_ns: u64,
+}
+
+/// Per-device state in `DEVSTATE`, shared by all CPUs (updated with plain stores: the latest
+/// writer wins, which is the latest event up to a few ns).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevState {
+    /// Latest final completion on the device (ns).
+    pub last_complete_ns: u64,
+    /// Latest dispatch on the device (ns).
+    pub last_dispatch_ns: u64,
+}
+
+/// `EVENTS` ring buffer record kinds ([`SlowEvent::kind`], [`StallEvent::kind`]).
+pub const EVENT_SLOW: u32 = 1;
+/// See [`EVENT_SLOW`].
+pub const EVENT_STALL: u32 = 2;
+
+/// A completed request that exceeded a slow threshold. Times are `bpf_ktime_get_ns()` (ns).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SlowEvent {
+    /// [`EVENT_SLOW`].
+    pub kind: u32,
+    /// Disk, as [`mkdev`].
+    pub dev: u32,
+    /// Entry state of the request, at its final completion.
+    pub req: Inflight,
+    /// Final completion (ns).
+    pub complete_ns: u64,
+    /// Bios in the request at completion minus one: bio merges into it (capped at 63).
+    pub merges: u32,
+    /// `blk_status_t` of the final completion.
+    pub status: u32,
+}
+
+/// Stall episode kinds ([`StallEvent::stall`]).
+pub const STALL_DEVICE: u32 = 0;
+/// See [`STALL_DEVICE`].
+pub const STALL_DISPATCH: u32 = 1;
+
+/// A stall episode that just ended: [`STALL_DEVICE`]: requests were at the device and none
+/// completed from `start_ns` to `end_ns`; [`STALL_DISPATCH`]: requests were queued and none
+/// was dispatched.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StallEvent {
+    /// [`EVENT_STALL`].
+    pub kind: u32,
+    /// Disk, as [`mkdev`].
+    pub dev: u32,
+    /// [`STALL_DEVICE`] or [`STALL_DISPATCH`].
+    pub stall: u32,
+    /// Class of the request whose completion (dispatch) ended the episode.
+    pub class: u32,
+    /// Start (ns).
+    pub start_ns: u64,
+    /// End (ns).
+    pub end_ns: u64,
+}
+
 /// Indexes of the global counters in `COUNTERS`.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,11 +241,13 @@ pub enum Counter {
     /// Requests seen dispatched twice without a requeue or completion in between (a lost
     /// completion, counted in `ClassStats::lost`); the stale state was reset.
     StaleEntries = 4,
+    /// Slow-request or stall events lost because the `EVENTS` ring buffer was full.
+    EventsDropped = 5,
 }
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 #[cfg(feature = "user")]
@@ -156,4 +256,6 @@ mod pod {
     unsafe impl aya::Pod for super::ClassKey {}
     unsafe impl aya::Pod for super::ClassStats {}
     unsafe impl aya::Pod for super::ErrorKey {}
+    unsafe impl aya::Pod for super::Settings {}
+    unsafe impl aya::Pod for super::DevState {}
 }

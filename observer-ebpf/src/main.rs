@@ -14,51 +14,30 @@
 
 use aya_ebpf::{
     bindings::{BPF_ANY, BPF_NOEXIST},
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
+    },
     macros::{btf_tracepoint, map, raw_tracepoint},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{BtfTracePointContext, RawTracePointContext},
     EbpfContext,
 };
 use observer_common::{
-    class::{classify, Op},
+    class::{classify, Op, OP_MASK},
     hist::{bucket_index, NBUCKETS},
     layout::KernelLayout,
     maps::{
-        mkdev, ClassKey, ClassStats, Counter, ErrorKey, Inflight, StageHist,
-        INFLIGHT_DEFAULT_ENTRIES,
+        mkdev, ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, Settings, SlowEvent,
+        StageHist, StallEvent, EVENTS_BYTES, EVENT_SLOW, EVENT_STALL, INFLIGHT_DEFAULT_ENTRIES,
+        STALL_DEVICE, STALL_DISPATCH,
     },
     Stage,
 };
 
 /// Filled by the daemon before load (`.rodata`: the verifier treats it as constant).
 #[no_mangle]
-static LAYOUT: KernelLayout = KernelLayout {
-    rq_q: 0,
-    rq_cmd_flags: 0,
-    rq_rq_flags: 0,
-    rq_data_len: 0,
-    rq_sector: 0,
-    q_disk: 0,
-    disk_major: 0,
-    disk_first_minor: 0,
-    bio_opf: 0,
-    bio_bdev: 0,
-    bdev_disk: 0,
-    rqf_flush_seq: 0,
-    op_mask: 0,
-    op_read: 0,
-    op_write: 0,
-    op_flush: 0,
-    op_discard: 0,
-    op_write_zeroes: 0,
-    flag_preflush: 0,
-    flag_fua: 0,
-    flag_sync: 0,
-    flag_meta: 0,
-    flag_rahead: 0,
-    enter_fallback: 0,
-};
+static LAYOUT: KernelLayout = KernelLayout::ZERO;
 
 #[map]
 static INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(INFLIGHT_DEFAULT_ENTRIES, 0);
@@ -69,6 +48,15 @@ static CLASS_STATS: PerCpuHashMap<ClassKey, ClassStats> = PerCpuHashMap::with_ma
 static ERRORS: PerCpuHashMap<ErrorKey, u64> = PerCpuHashMap::with_max_entries(1024, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
+/// Slow thresholds and stall threshold, written by the daemon.
+#[map]
+static SETTINGS: Array<Settings> = Array::with_max_entries(1, 0);
+#[map]
+static DEVSTATE: HashMap<u32, DevState> = HashMap::with_max_entries(4096, 0);
+/// Slow requests and stall episodes: the only per-event traffic to userspace, and only for
+/// requests over a threshold.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
 /// One all-zero `ClassStats`: the template for new `CLASS_STATS` entries (too big for the stack).
 #[map]
 static ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
@@ -151,6 +139,12 @@ fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayout) {
         class: classify(flags, l),
         requeues: 0,
         requeued: 0,
+        sector: read(rq, l.rq_sector),
+        size: read(rq, l.rq_data_len),
+        // The submitting task: block_io_start runs in its context (never in an interrupt).
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        cgroup: unsafe { bpf_get_current_cgroup_id() },
+        comm: bpf_get_current_comm().unwrap_or_default(),
     };
     match INFLIGHT.insert(&rq, &e, BPF_NOEXIST as u64) {
         Ok(()) => {}
@@ -198,6 +192,7 @@ fn on_issue(rq: u64) {
         let e = unsafe { &mut *e };
         if e.dispatch_ns == 0 {
             e.dispatch_ns = now;
+            dispatched(e.dev, e.class, e.enter_ns, now);
             return;
         }
         if e.requeued != 0 {
@@ -229,14 +224,75 @@ fn on_issue(rq: u64) {
             class: Op::Flush as u16,
             requeues: 0,
             requeued: 0,
+            sector: 0,
+            size: 0,
+            pid: 0,
+            cgroup: 0,
+            comm: [0; 16],
         };
         if INFLIGHT.insert(&rq, &e, BPF_ANY as u64).is_err() {
             count(Counter::InflightFull);
         }
+        dispatched(e.dev, e.class, 0, now);
     } else if l.enter_fallback != 0 {
         // Directly issued without insert on a kernel without block_io_start: queue time is 0.
         enter(rq, now, now, false, &l);
     }
+}
+
+/// The device's shared state, created on first use.
+#[inline(always)]
+fn devstate(dev: u32) -> Option<*mut DevState> {
+    if let Some(p) = DEVSTATE.get_ptr_mut(&dev) {
+        return Some(p);
+    }
+    let _ = DEVSTATE.insert(&dev, &DevState::default(), BPF_NOEXIST as u64);
+    DEVSTATE.get_ptr_mut(&dev)
+}
+
+#[inline(always)]
+fn stall_ns() -> u64 {
+    SETTINGS.get(0).map(|s| s.stall_ns).unwrap_or(0)
+}
+
+/// Emits a stall episode if the device went longer than the threshold without this event.
+#[inline(always)]
+fn maybe_stall(dev: u32, kind: u32, class: u16, start_ns: u64, now: u64) {
+    let t = stall_ns();
+    if t != 0 && start_ns != 0 && now > start_ns && now - start_ns > t {
+        let ev = StallEvent { kind: EVENT_STALL, dev, stall: kind, class: class as u32, start_ns, end_ns: now };
+        if EVENTS.output::<StallEvent>(&ev, 0).is_err() {
+            count(Counter::EventsDropped);
+        }
+    }
+}
+
+/// A dispatch on `dev` of a request that entered at `enter_ns` (0: the flush request). Ends a
+/// dispatch stall: requests were queued and none was dispatched since max(last dispatch, entry).
+#[inline(always)]
+fn dispatched(dev: u32, class: u16, enter_ns: u64, now: u64) {
+    let Some(ds) = devstate(dev) else { return };
+    let ds = unsafe { &mut *ds };
+    if enter_ns != 0 {
+        maybe_stall(dev, STALL_DISPATCH, class, ds.last_dispatch_ns.max(enter_ns), now);
+    }
+    ds.last_dispatch_ns = now;
+}
+
+/// Bios in a request minus one: bio merges into it (block/blk-merge.c), walked only for slow
+/// requests, capped at 63.
+#[inline(always)]
+fn bio_merges(rq: u64, l: &KernelLayout) -> u32 {
+    let mut bio: u64 = read(rq, l.rq_bio);
+    let mut n = 0u32;
+    for _ in 0..64 {
+        if bio == 0 {
+            break;
+        }
+        n += 1;
+        bio = read(bio, l.bio_next);
+    }
+    n.saturating_sub(1)
 }
 
 /// block_rq_requeue(rq): sent back to be dispatched again.
@@ -316,6 +372,15 @@ fn on_complete(rq: u64, error: u64, nr_bytes: u64) {
         count(Counter::ClockAnomalies);
         return;
     }
+    s.last_complete_ns = now;
+    if e.dispatch_ns != 0 {
+        if let Some(ds) = devstate(e.dev) {
+            let ds = unsafe { &mut *ds };
+            // Device stall: requests at the device and none completed since max(last completion, this dispatch).
+            maybe_stall(e.dev, STALL_DEVICE, e.class, ds.last_complete_ns.max(e.dispatch_ns), now);
+            ds.last_complete_ns = now;
+        }
+    }
     let total;
     if e.enter_ns == 0 {
         // Internal flush request: no entry point, total = device.
@@ -332,6 +397,23 @@ fn on_complete(rq: u64, error: u64, nr_bytes: u64) {
         observe(&mut s.stages[Stage::Device as usize], now - e.dispatch_ns);
     }
     observe(&mut s.stages[Stage::Total as usize], total);
+    // Slow? Compare each stage with its threshold for this op.
+    let Some(set) = SETTINGS.get(0) else { return };
+    let mut op = (e.class & OP_MASK) as usize;
+    if op >= 6 {
+        op = 5;
+    }
+    let t = &set.slow_ns[op];
+    let queue = if e.enter_ns != 0 && e.dispatch_ns != 0 { e.dispatch_ns - e.enter_ns } else if e.dispatch_ns == 0 { total } else { 0 };
+    let device = if e.dispatch_ns != 0 { now - e.dispatch_ns } else { 0 };
+    let over = |v: u64, th: u64| th != 0 && v > th;
+    if over(queue, t[Stage::Queue as usize]) || over(device, t[Stage::Device as usize]) || over(total, t[Stage::Total as usize]) {
+        s.slow += 1;
+        let ev = SlowEvent { kind: EVENT_SLOW, dev: e.dev, req: e, complete_ns: now, merges: bio_merges(rq, &l), status: error as u32 };
+        if EVENTS.output::<SlowEvent>(&ev, 0).is_err() {
+            count(Counter::EventsDropped);
+        }
+    }
 }
 
 #[inline(always)]

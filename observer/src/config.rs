@@ -12,12 +12,17 @@
 //! # finer (8 per power of two); each is counted in the first exported bucket that contains it.
 //! buckets = [0.000001, 0.000002, 0.000004]
 //!
+//! [stalls]
+//! episode = "250ms"                  # no completion (dispatch) for this long = stall episode
+//! slow_default = { total = "100ms" } # slow-request thresholds: queue, device, total
+//! slow.flush = { device = "50ms" }   # per-op overrides
+//!
 //! [maps]
 //! inflight_entries = 16384           # requests tracked at once, all devices
 //! stats_memory_mib = 16              # kernel memory for per-CPU histograms
 //! ```
 
-use std::{net::SocketAddr, path::Path};
+use std::{net::SocketAddr, path::Path, time::Duration};
 
 use serde::Deserialize;
 
@@ -65,6 +70,71 @@ pub struct Config {
     pub histogram: Histogram,
     /// BPF map sizes.
     pub maps: Maps,
+    /// Slow requests and stall episodes.
+    pub stalls: Stalls,
+}
+
+/// Thresholds of one op; a stage without a threshold is not checked.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StageThresholds {
+    /// Entered → dispatched.
+    #[serde(with = "humantime_serde")]
+    pub queue: Option<Duration>,
+    /// Dispatched → completed.
+    #[serde(with = "humantime_serde")]
+    pub device: Option<Duration>,
+    /// Entered → completed.
+    #[serde(with = "humantime_serde")]
+    pub total: Option<Duration>,
+}
+
+/// `[stalls]`: what counts as slow or stalled. Durations are strings like "100ms" or "2s".
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Stalls {
+    /// A device with requests outstanding (queued) and no completion (dispatch) for longer
+    /// than this is in a stall episode.
+    #[serde(with = "humantime_serde")]
+    pub episode: Duration,
+    /// Slow thresholds for every op unless overridden in `[stalls.slow.<op>]`.
+    pub slow_default: StageThresholds,
+    /// Per-op overrides: keys `read`, `write`, `flush`, `discard`, `write_zeroes`, `other`.
+    pub slow: std::collections::BTreeMap<String, StageThresholds>,
+    /// Slow requests kept in memory (oldest dropped first, counted in /metrics).
+    pub history_requests: usize,
+    /// Stall episodes kept in memory.
+    pub history_episodes: usize,
+}
+
+impl Default for Stalls {
+    /// Total over 100 ms is slow for any op but discard (1 s); an episode is 250 ms without
+    /// progress. Disks and SSDs alike stay well below these when healthy.
+    fn default() -> Self {
+        let mut slow = std::collections::BTreeMap::new();
+        slow.insert("discard".to_string(), StageThresholds { total: Some(Duration::from_secs(1)), ..Default::default() });
+        Self {
+            episode: Duration::from_millis(250),
+            slow_default: StageThresholds { total: Some(Duration::from_millis(100)), ..Default::default() },
+            slow,
+            history_requests: 10_000,
+            history_episodes: 1_000,
+        }
+    }
+}
+
+impl Stalls {
+    /// The kernel-side settings (ns), per op code.
+    pub fn settings(&self) -> observer_common::maps::Settings {
+        use observer_common::class::Op;
+        let ns = |d: Option<Duration>| d.map(|d| d.as_nanos().min(u64::MAX as u128) as u64).unwrap_or(0);
+        let mut s = observer_common::maps::Settings { stall_ns: ns(Some(self.episode)), ..Default::default() };
+        for op in Op::ALL {
+            let t = self.slow.get(op.name()).copied().unwrap_or(self.slow_default);
+            s.slow_ns[op as usize] = [ns(t.queue), ns(t.device), ns(t.total)];
+        }
+        s
+    }
 }
 
 /// `[devices]`: glob patterns on kernel device names (`vda`, `nvme0n1`, `loop0`).
@@ -103,6 +173,7 @@ impl Default for Config {
             devices: Devices::default(),
             histogram: Histogram::default(),
             maps: Maps::default(),
+            stalls: Stalls::default(),
         }
     }
 }
@@ -170,6 +241,23 @@ impl Config {
                 problem: format!("{} is outside 64..=4194304", self.maps.inflight_entries),
             });
         }
+        for op in self.stalls.slow.keys() {
+            if !observer_common::class::Op::ALL.iter().any(|o| o.name() == op) {
+                return Err(ConfigError::Invalid {
+                    key: "stalls.slow",
+                    problem: format!("unknown op {op:?}: use read, write, flush, discard, write_zeroes or other"),
+                });
+            }
+        }
+        if self.stalls.episode.is_zero() {
+            return Err(ConfigError::Invalid { key: "stalls.episode", problem: "must be > 0".into() });
+        }
+        if !(1..=1_000_000).contains(&self.stalls.history_requests) || !(1..=100_000).contains(&self.stalls.history_episodes) {
+            return Err(ConfigError::Invalid {
+                key: "stalls.history_requests",
+                problem: "history_requests must be 1..=1000000 and history_episodes 1..=100000".into(),
+            });
+        }
         if !(1..=4096).contains(&self.maps.stats_memory_mib) {
             return Err(ConfigError::Invalid {
                 key: "maps.stats_memory_mib",
@@ -227,6 +315,19 @@ mod tests {
         assert!(e.contains("devices.include"), "{e}");
         let e = Config::from_toml("[maps]\ninflight_entries = 1", "t").unwrap_err().to_string();
         assert!(e.contains("maps.inflight_entries"), "{e}");
+    }
+
+    #[test]
+    fn stall_settings() {
+        let c = Config::from_toml("[stalls]\nepisode = \"700ms\"\nslow.flush = { device = \"50ms\" }", "t").unwrap();
+        let s = c.stalls.settings();
+        assert_eq!(s.stall_ns, 700_000_000);
+        assert_eq!(s.slow_ns[2], [0, 50_000_000, 0]);
+        assert_eq!(s.slow_ns[0], [0, 0, 100_000_000]);
+        let e = Config::from_toml("[stalls]\nslow.bogus = { total = \"1s\" }", "t").unwrap_err().to_string();
+        assert!(e.contains("stalls.slow"), "{e}");
+        let e = Config::from_toml("[stalls]\nepisode = \"soon\"", "t").unwrap_err().to_string();
+        assert!(e.contains("episode"), "{e}");
     }
 
     #[test]

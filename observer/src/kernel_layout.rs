@@ -167,6 +167,8 @@ impl KernelBtf {
             q_disk: self.member_offset("request_queue", "disk")?,
             disk_major: self.member_offset("gendisk", "major")?,
             disk_first_minor: self.member_offset("gendisk", "first_minor")?,
+            rq_bio: self.member_offset("request", "bio")?,
+            bio_next: self.member_offset("bio", "bi_next")?,
             bio_opf: self.member_offset("bio", "bi_opf")?,
             bio_bdev: self.member_offset("bio", "bi_bdev")?,
             bdev_disk: self.member_offset("block_device", "bd_disk")?,

@@ -1,5 +1,6 @@
 //! `observer`: live block I/O latency observer. See README.md.
 
+mod api;
 mod config;
 mod devices;
 mod kernel_layout;
@@ -8,6 +9,8 @@ mod probes;
 mod reaper;
 mod server;
 mod snapshot;
+mod stalls;
+mod windows;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
 
@@ -93,27 +96,20 @@ fn main() -> ExitCode {
 
 #[tokio::main]
 async fn run(cfg: Config) -> anyhow::Result<()> {
-    let (probes, maps) = probes::attach(cfg.maps.inflight_entries, cfg.maps.stats_memory_mib)?;
+    let (probes, maps) = probes::attach(cfg.maps.inflight_entries, cfg.maps.stats_memory_mib, cfg.stalls.settings())?;
     let state = Arc::new(server::AppState {
         maps,
-        filter: DeviceFilter::new(&cfg.devices),
-        buckets: metrics::BucketMap::new(&cfg.histogram.buckets),
+        runtime: std::sync::RwLock::new(server::Runtime {
+            filter: DeviceFilter::new(&cfg.devices),
+            buckets: metrics::BucketMap::new(&cfg.histogram.buckets),
+            settings: cfg.stalls.settings(),
+        }),
         info: probes.info.clone(),
         reaped: reaper::Reaped::default(),
+        history: std::sync::Mutex::new(stalls::History::new(cfg.stalls.history_requests, cfg.stalls.history_episodes)),
+        windows: std::sync::Mutex::new(windows::Windows::default()),
     });
-    let reaper_state = state.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            let st = reaper_state.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
-                reaper::reap(&mut map, &st.reaped)
-            })
-            .await;
-        }
-    });
+    spawn_background(state.clone())?;
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}: choose another address with --listen or `listen` in the config", cfg.listen))?;
@@ -124,6 +120,50 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .context("HTTP server")?;
     drop(probes);
     info!("stopped; eBPF programs detached");
+    Ok(())
+}
+
+/// The reaper (1 s), histogram snapshots (10 s) and the kernel event reader.
+fn spawn_background(state: Arc<server::AppState>) -> anyhow::Result<()> {
+    let st = state.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let st = st.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                {
+                    let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
+                    reaper::reap(&mut map, &st.reaped);
+                }
+                let filter = st.runtime.read().expect("runtime lock").filter.clone();
+                let now = reaper::monotonic_ns();
+                let due = st.windows.lock().expect("windows lock").oldest().is_none()
+                    || now % windows::INTERVAL_NS < 1_100_000_000;
+                if due {
+                    let snap = snapshot::Snapshot::read(&st.maps, &st.reaped, &filter);
+                    st.windows.lock().expect("windows lock").record(now, &snap);
+                }
+            })
+            .await;
+        }
+    });
+    let ring = state.maps.events.lock().expect("events lock").take().context("EVENTS ring buffer already taken")?;
+    // SAFETY: the ring buffer owns its fd for as long as the AsyncFd lives.
+    let mut fd = unsafe { tokio::io::unix::AsyncFd::register(ring) }
+        .map_err(|e| anyhow::anyhow!("polling the EVENTS ring buffer: {e}"))?;
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = fd.readable_mut().await else { return };
+            let ring = guard.get_inner_mut();
+            let mut history = state.history.lock().expect("history lock");
+            while let Some(item) = ring.next() {
+                history.ingest(&item);
+            }
+            drop(history);
+            guard.clear_ready();
+        }
+    });
     Ok(())
 }
 

@@ -8,6 +8,10 @@
 //! | `blkobs_merges_total` | counter | device, op, flags |
 //! | `blkobs_requeues_total` | counter | device, op, flags |
 //! | `blkobs_lost_completions_total` | counter | device, op, flags |
+//! | `blkobs_slow_requests_total` | counter | device, op, flags |
+//! | `blkobs_oldest_inflight_age_seconds` | gauge | device, stage |
+//! | `blkobs_stall_episodes_total`, `blkobs_stall_seconds_total` | counter | device, kind (device, dispatch) |
+//! | `blkobs_events_dropped_total` | counter | reason |
 //! | `blkobs_request_errors_total` | counter | device, op, status |
 //! | `blkobs_inflight_requests` | gauge | device, stage (queue, device) |
 //! | `blkobs_untracked_completions_total`, `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info` | self-monitoring | |
@@ -23,7 +27,7 @@ use observer_common::{
     Stage,
 };
 
-use crate::{probes::AttachInfo, snapshot::Snapshot};
+use crate::{config::DeviceFilter, devices, probes::AttachInfo, snapshot::Snapshot, stalls::History};
 
 /// Maps in-kernel buckets onto the exported bucket bounds.
 #[derive(Clone, Debug)]
@@ -120,7 +124,7 @@ fn gauge(l: &[(&str, &str)], v: f64) -> Metric {
 }
 
 /// Renders the text exposition format (version 0.0.4).
-pub fn render(s: &Snapshot, buckets: &BucketMap, info: &AttachInfo) -> String {
+pub fn render(s: &Snapshot, history: &History, buckets: &BucketMap, info: &AttachInfo, filter: &DeviceFilter) -> String {
     let mut fams = Vec::new();
 
     let mut hists = Vec::new();
@@ -162,7 +166,8 @@ pub fn render(s: &Snapshot, buckets: &BucketMap, info: &AttachInfo) -> String {
     ));
 
     type Get = fn(&crate::snapshot::ClassTotals) -> u64;
-    let per_class: [(&str, &str, Get); 5] = [
+    let per_class: [(&str, &str, Get); 6] = [
+        ("blkobs_slow_requests_total", "Completed requests over their op's slow threshold (see /stalls).", |t| t.slow),
         ("blkobs_requests_total", "Completed block requests (final completion; merged-away requests are not counted).", |t| t.requests),
         ("blkobs_bytes_total", "Bytes of completed block requests.", |t| t.bytes),
         ("blkobs_merges_total", "Bios merged into existing requests plus requests merged into others.", |t| t.merges),
@@ -199,6 +204,44 @@ pub fn render(s: &Snapshot, buckets: &BucketMap, info: &AttachInfo) -> String {
         "Requests in flight now: stage=queue waiting for dispatch, stage=device dispatched and not completed.",
         MetricType::GAUGE,
         inflight,
+    ));
+
+    let mut oldest = Vec::new();
+    for (dev, c) in &s.inflight {
+        oldest.push(gauge(&[("device", dev), ("stage", "queue")], c.oldest_queue_ns as f64 * 1e-9));
+        oldest.push(gauge(&[("device", dev), ("stage", "device")], c.oldest_device_ns as f64 * 1e-9));
+    }
+    fams.push(family(
+        "blkobs_oldest_inflight_age_seconds",
+        "Age of the oldest request in flight: stage=queue since it entered, stage=device since its dispatch; 0 when none.",
+        MetricType::GAUGE,
+        oldest,
+    ));
+    let (mut episodes, mut seconds) = (Vec::new(), Vec::new());
+    for ((dev, kind), (n, secs)) in &history.episode_totals {
+        let name = devices::name(*dev);
+        if !filter.allows(&name) {
+            continue;
+        }
+        let kind = if *kind == observer_common::maps::STALL_DEVICE { "device" } else { "dispatch" };
+        episodes.push(counter(&[("device", &name), ("kind", kind)], *n as f64));
+        seconds.push(counter(&[("device", &name), ("kind", kind)], *secs));
+    }
+    fams.push(family(
+        "blkobs_stall_episodes_total",
+        "Ended stall episodes: kind=device (requests at the device, none completed) or dispatch (requests queued, none dispatched) for longer than the episode threshold.",
+        MetricType::COUNTER,
+        episodes,
+    ));
+    fams.push(family("blkobs_stall_seconds_total", "Total length of ended stall episodes.", MetricType::COUNTER, seconds));
+    fams.push(family(
+        "blkobs_events_dropped_total",
+        "Slow-request and stall records lost: reason=ringbuf_full in the kernel, or history_full when the in-memory history dropped its oldest.",
+        MetricType::COUNTER,
+        vec![
+            counter(&[("reason", "ringbuf_full")], s.counters.events_dropped as f64),
+            counter(&[("reason", "history_full")], (history.slow_overflow + history.episode_overflow) as f64),
+        ],
     ));
 
     let c = &s.counters;

@@ -2,11 +2,11 @@
 //! block tracepoint (tp_btf preferred, raw_tp fallback, the argument layout the kernel has).
 
 use aya::{
-    maps::{HashMap, IterableMap, MapData, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, IterableMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{BtfTracePoint, RawTracePoint},
     Btf, Ebpf, EbpfLoader,
 };
-use observer_common::maps::{self as m, ClassKey, ClassStats, ErrorKey, Inflight};
+use observer_common::maps::{self as m, ClassKey, ClassStats, DevState, ErrorKey, Inflight, Settings};
 use tracing::{info, warn};
 
 use crate::kernel_layout::{ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF};
@@ -54,10 +54,23 @@ pub struct Maps {
     pub errors: PerCpuHashMap<MapData, ErrorKey, u64>,
     /// `COUNTERS`: [`observer_common::maps::Counter`] → per-CPU count.
     pub counters: PerCpuArray<MapData, u64>,
+    /// `SETTINGS`: thresholds, writable at runtime.
+    pub settings: std::sync::Mutex<Array<MapData, Settings>>,
+    /// `DEVSTATE`: per-device last completion / dispatch.
+    pub devstate: HashMap<MapData, u32, DevState>,
+    /// `EVENTS` ring buffer, taken by the event reader at startup.
+    pub events: std::sync::Mutex<Option<RingBuf<MapData>>>,
     /// Capacity of `INFLIGHT` (entries).
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
     pub class_stats_capacity: u32,
+}
+
+impl Maps {
+    /// Writes new thresholds for the programs (takes effect at the next event).
+    pub fn set_settings(&self, s: Settings) -> Result<(), aya::maps::MapError> {
+        self.settings.lock().expect("settings lock").set(0, s, 0)
+    }
 }
 
 /// Attached programs; dropping this detaches everything.
@@ -99,7 +112,7 @@ fn load_err(what: impl Into<String>) -> impl FnOnce(anyhow::Error) -> ProbeError
 }
 
 /// Loads and attaches everything; returns the probes (keep them alive) and the maps.
-pub fn attach(inflight_entries: u32, stats_memory_mib: u32) -> Result<(Probes, Maps), ProbeError> {
+pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) -> Result<(Probes, Maps), ProbeError> {
     check_privileges()?;
     let kbtf = KernelBtf::from_file(VMLINUX_BTF)?;
     let layout = kbtf.kernel_layout()?;
@@ -183,8 +196,12 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32) -> Result<(Probes, M
         class_stats: PerCpuHashMap::try_from(take(&mut ebpf, m::CLASS_STATS)?).map_err(conv(m::CLASS_STATS))?,
         errors: PerCpuHashMap::try_from(take(&mut ebpf, m::ERRORS)?).map_err(conv(m::ERRORS))?,
         counters: PerCpuArray::try_from(take(&mut ebpf, m::COUNTERS)?).map_err(conv(m::COUNTERS))?,
+        settings: std::sync::Mutex::new(Array::try_from(take(&mut ebpf, m::SETTINGS)?).map_err(conv(m::SETTINGS))?),
+        devstate: HashMap::try_from(take(&mut ebpf, m::DEVSTATE)?).map_err(conv(m::DEVSTATE))?,
+        events: std::sync::Mutex::new(Some(RingBuf::try_from(take(&mut ebpf, m::EVENTS)?).map_err(conv(m::EVENTS))?)),
         inflight_capacity: inflight_entries,
         class_stats_capacity: stats_entries,
     };
+    maps.set_settings(settings).map_err(|e| load_err("writing SETTINGS")(e.into()))?;
     Ok((Probes { _ebpf: ebpf, info: AttachInfo { mode, enter_tracepoint: enter_tp } }, maps))
 }

@@ -1,6 +1,6 @@
-//! HTTP endpoints: `GET /metrics` (Prometheus text format) and `GET /healthz`.
+//! HTTP endpoints: `/metrics` (Prometheus text format), `/healthz`, and the API in [`crate::api`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 
 use axum::{
     extract::State,
@@ -9,21 +9,44 @@ use axum::{
     routing::get,
     Router,
 };
+use observer_common::maps::Settings;
 
-use crate::{config::DeviceFilter, metrics::BucketMap, probes::{AttachInfo, Maps}, reaper::Reaped, snapshot::Snapshot};
+use crate::{
+    api,
+    config::DeviceFilter,
+    metrics::BucketMap,
+    probes::{AttachInfo, Maps},
+    reaper::Reaped,
+    snapshot::Snapshot,
+    stalls::History,
+    windows::Windows,
+};
+
+/// Settings that a config reload may change.
+#[derive(Clone)]
+pub struct Runtime {
+    /// Exported devices.
+    pub filter: DeviceFilter,
+    /// Exported buckets.
+    pub buckets: BucketMap,
+    /// Slow and stall thresholds (also in the kernel's SETTINGS map).
+    pub settings: Settings,
+}
 
 /// What the handlers share.
 pub struct AppState {
     /// The kernel maps.
     pub maps: Maps,
-    /// Exported devices.
-    pub filter: DeviceFilter,
-    /// Exported buckets.
-    pub buckets: BucketMap,
+    /// Reloadable settings.
+    pub runtime: RwLock<Runtime>,
     /// Attach details for build_info.
     pub info: AttachInfo,
     /// Requests retired by the reaper.
     pub reaped: Reaped,
+    /// Slow requests and stall episodes from the kernel.
+    pub history: Mutex<History>,
+    /// Histogram snapshots for `/histograms?since=`.
+    pub windows: Mutex<Windows>,
 }
 
 /// The router.
@@ -31,15 +54,25 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "not found: try /metrics or /healthz\n") })
+        .route("/stalls", get(api::get_stalls))
+        .route("/inflight", get(api::get_inflight))
+        .route("/histograms", get(api::get_histograms))
+        .route("/openapi.yaml", get(api::get_openapi))
+        .fallback(|| async {
+            (StatusCode::NOT_FOUND, axum::Json(serde_json::json!({
+                "error": "not found: try /metrics, /stalls, /inflight, /histograms, /devices, /openapi.yaml",
+            })))
+        })
         .with_state(state)
 }
 
 async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     // Map reads are syscalls: keep them off the async workers.
     let body = tokio::task::spawn_blocking(move || {
-        let snap = Snapshot::read(&st.maps, &st.reaped, &st.filter);
-        crate::metrics::render(&snap, &st.buckets, &st.info)
+        let rt = st.runtime.read().expect("runtime lock").clone();
+        let snap = Snapshot::read(&st.maps, &st.reaped, &rt.filter);
+        let history = st.history.lock().expect("history lock");
+        crate::metrics::render(&snap, &history, &rt.buckets, &st.info, &rt.filter)
     })
     .await;
     match body {

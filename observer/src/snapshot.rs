@@ -47,11 +47,13 @@ pub struct ClassTotals {
     pub requeues: u64,
     /// Completed requests whose completion was not seen: counted in `requests`, no latency.
     pub lost: u64,
+    /// Completed requests over their slow threshold.
+    pub slow: u64,
 }
 
 impl ClassTotals {
     fn new() -> Self {
-        Self { stages: Stage::ALL.iter().map(|_| StageTotals::new()).collect(), requests: 0, bytes: 0, merges: 0, requeues: 0, lost: 0 }
+        Self { stages: Stage::ALL.iter().map(|_| StageTotals::new()).collect(), requests: 0, bytes: 0, merges: 0, requeues: 0, lost: 0, slow: 0 }
     }
 
     fn add(&mut self, v: &ClassStats) {
@@ -66,6 +68,7 @@ impl ClassTotals {
         self.merges += v.merges;
         self.requeues += v.requeues;
         self.lost += v.lost;
+        self.slow += v.slow;
     }
 }
 
@@ -76,6 +79,10 @@ pub struct InflightCounts {
     pub queue: u64,
     /// Dispatched to the driver, not completed.
     pub device: u64,
+    /// Age (ns) of the oldest request in stage queue (since it entered), 0 if none.
+    pub oldest_queue_ns: u64,
+    /// Age (ns) of the oldest request at the device (since its dispatch), 0 if none.
+    pub oldest_device_ns: u64,
 }
 
 /// Global self-monitoring counters, summed over CPUs (see [`Counter`]).
@@ -91,6 +98,8 @@ pub struct SelfCounters {
     pub clock_anomalies: u64,
     /// [`Counter::StaleEntries`].
     pub stale_entries: u64,
+    /// [`Counter::EventsDropped`].
+    pub events_dropped: u64,
 }
 
 /// A read of all maps.
@@ -141,14 +150,17 @@ impl Snapshot {
             t.lost += n;
         }
         let mut n_inflight = 0;
+        let now = crate::reaper::monotonic_ns();
         for (_, e) in maps.inflight.iter().flatten() {
             n_inflight += 1;
             let Some(dev) = name_of(e.dev) else { continue };
             let c = s.inflight.entry(dev).or_default();
             if e.dispatch_ns == 0 || e.requeued != 0 {
                 c.queue += 1;
+                c.oldest_queue_ns = c.oldest_queue_ns.max(now.saturating_sub(e.enter_ns));
             } else {
                 c.device += 1;
+                c.oldest_device_ns = c.oldest_device_ns.max(now.saturating_sub(e.dispatch_ns));
             }
         }
         for (key, values) in maps.errors.iter().flatten() {
@@ -162,6 +174,7 @@ impl Snapshot {
             stats_full: counter(Counter::StatsFull),
             clock_anomalies: counter(Counter::ClockAnomalies),
             stale_entries: counter(Counter::StaleEntries),
+            events_dropped: counter(Counter::EventsDropped),
         };
         s.inflight_entries = (n_inflight, maps.inflight_capacity);
         s.class_stats_entries = (n_stats, maps.class_stats_capacity);

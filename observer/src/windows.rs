@@ -1,0 +1,168 @@
+//! Histogram snapshots kept for a bounded time, so `/histograms?since=5m` can answer "what
+//! were the latencies over the last five minutes" from cumulative kernel counters.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use observer_common::{
+    class::Class,
+    hist::{bucket_lower_seconds, bucket_upper_seconds, NBUCKETS},
+    Stage,
+};
+use serde::Serialize;
+
+use crate::{snapshot::Snapshot, stalls::ClassInfo};
+
+/// Snapshot interval (ns).
+pub const INTERVAL_NS: u64 = 10_000_000_000;
+/// How far back `since` may reach (ns): 15 minutes.
+pub const KEEP_NS: u64 = 15 * 60 * 1_000_000_000;
+
+/// One stage's cumulative histogram, sparse: (bucket, count) for non-empty buckets, and the sum.
+#[derive(Clone, Debug, Default)]
+struct Sparse {
+    sum_ns: u64,
+    buckets: Vec<(u16, u64)>,
+}
+
+type Key = (String, u16, u8);
+
+/// Snapshots, oldest first, each at a monotonic time (ns).
+#[derive(Default)]
+pub struct Windows {
+    snaps: VecDeque<(u64, BTreeMap<Key, Sparse>)>,
+}
+
+fn sparse(s: &Snapshot) -> BTreeMap<Key, Sparse> {
+    let mut out = BTreeMap::new();
+    for ((dev, class), t) in &s.classes {
+        for stage in Stage::ALL {
+            let st = &t.stages[stage as usize];
+            let buckets: Vec<(u16, u64)> =
+                st.buckets.iter().enumerate().filter(|(_, c)| **c > 0).map(|(i, c)| (i as u16, *c)).collect();
+            if !buckets.is_empty() {
+                out.insert((dev.clone(), class.0, stage as u8), Sparse { sum_ns: st.sum_ns, buckets });
+            }
+        }
+    }
+    out
+}
+
+/// Latency summary of one (device, class, stage) over a window.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// Kernel device name.
+    pub device: String,
+    /// Op, flags, rwbs.
+    #[serde(flatten)]
+    pub class: ClassInfo,
+    /// `queue`, `device` or `total`.
+    pub stage: &'static str,
+    /// Samples in the window.
+    pub count: u64,
+    /// Sum of latencies (s).
+    pub sum_seconds: f64,
+    /// Percentiles (s), interpolated inside log-linear buckets (≤ 12.5 % wide).
+    pub p50: f64,
+    /// 90th percentile (s).
+    pub p90: f64,
+    /// 99th percentile (s).
+    pub p99: f64,
+    /// 99.9th percentile (s).
+    pub p999: f64,
+    /// Upper edge of the highest non-empty bucket (s): the maximum, rounded up by < 12.5 %;
+    /// null when it is the overflow bucket (> 134 s).
+    pub max: Option<f64>,
+    /// Counts per bucket: [lower edge s, upper edge s, count] for non-empty buckets.
+    pub buckets: Vec<(f64, Option<f64>, u64)>,
+}
+
+/// Percentile `q` (0..1) from dense bucket counts, linear inside the bucket.
+pub fn percentile(counts: &[u64], q: f64) -> f64 {
+    let total: u64 = counts.iter().sum();
+    if total == 0 {
+        return 0.0;
+    }
+    let rank = q * total as f64;
+    let mut acc = 0.0;
+    for (i, &c) in counts.iter().enumerate() {
+        if c > 0 && acc + c as f64 >= rank {
+            let lo = bucket_lower_seconds(i);
+            let hi = bucket_upper_seconds(i);
+            let hi = if hi.is_finite() { hi } else { lo };
+            return lo + (hi - lo) * ((rank - acc) / c as f64).clamp(0.0, 1.0);
+        }
+        acc += c as f64;
+    }
+    bucket_lower_seconds(NBUCKETS - 1)
+}
+
+impl Windows {
+    /// Records `snap` taken at `now_ns` if the last one is older than [`INTERVAL_NS`], and drops
+    /// snapshots older than [`KEEP_NS`] (keeping one just beyond, to answer `since=15m`).
+    pub fn record(&mut self, now_ns: u64, snap: &Snapshot) {
+        if self.snaps.back().is_some_and(|(t, _)| now_ns - t < INTERVAL_NS) {
+            return;
+        }
+        self.snaps.push_back((now_ns, sparse(snap)));
+        while self.snaps.len() > 2 && now_ns - self.snaps[1].0 > KEEP_NS {
+            self.snaps.pop_front();
+        }
+    }
+
+    /// Oldest time (ns) a window can start at.
+    pub fn oldest(&self) -> Option<u64> {
+        self.snaps.front().map(|(t, _)| *t)
+    }
+
+    /// Summaries of `current` minus the newest snapshot taken at or before `since_ns` (all
+    /// since start when `since_ns` is None). Returns the window start actually used.
+    pub fn summarize(&self, current: &Snapshot, since_ns: Option<u64>, device: Option<&str>) -> (Option<u64>, Vec<Summary>) {
+        let base = since_ns.and_then(|s| self.snaps.iter().rev().find(|(t, _)| *t <= s).or(self.snaps.front()));
+        let empty = BTreeMap::new();
+        let (start, base_map) = match base {
+            Some((t, m)) => (Some(*t), m),
+            None => (None, &empty),
+        };
+        let mut out = Vec::new();
+        for ((dev, class), t) in &current.classes {
+            if device.is_some_and(|d| d != dev) {
+                continue;
+            }
+            for stage in Stage::ALL {
+                let st = &t.stages[stage as usize];
+                let mut counts = st.buckets.clone();
+                let mut sum_ns = st.sum_ns;
+                if let Some(b) = base_map.get(&(dev.clone(), class.0, stage as u8)) {
+                    for (i, c) in &b.buckets {
+                        counts[*i as usize] = counts[*i as usize].saturating_sub(*c);
+                    }
+                    sum_ns = sum_ns.saturating_sub(b.sum_ns);
+                }
+                let count: u64 = counts.iter().sum();
+                if count == 0 {
+                    continue;
+                }
+                let top = counts.iter().rposition(|c| *c > 0).unwrap_or(0);
+                out.push(Summary {
+                    device: dev.clone(),
+                    class: ClassInfo::of(Class(class.0).0),
+                    stage: stage.name(),
+                    count,
+                    sum_seconds: sum_ns as f64 * 1e-9,
+                    p50: percentile(&counts, 0.5),
+                    p90: percentile(&counts, 0.9),
+                    p99: percentile(&counts, 0.99),
+                    p999: percentile(&counts, 0.999),
+                    max: Some(bucket_upper_seconds(top)).filter(|v| v.is_finite()),
+                    buckets: counts
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, c)| **c > 0)
+                        .map(|(i, c)| (bucket_lower_seconds(i), Some(bucket_upper_seconds(i)).filter(|v| v.is_finite()), *c))
+                        .collect(),
+                });
+            }
+        }
+        (start, out)
+    }
+}
