@@ -1,6 +1,7 @@
 //! `observer`: live block I/O latency observer. See README.md.
 
 mod api;
+mod client;
 mod config;
 mod devices;
 mod kernel_layout;
@@ -25,6 +26,9 @@ use crate::config::{Config, ConfigError, DeviceFilter};
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
+    /// Without a command: run the daemon.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// TOML configuration file (see README "Configuration"). Flags override it.
     #[arg(short, long, env = "OBSERVER_CONFIG")]
     config: Option<PathBuf>,
@@ -43,6 +47,44 @@ struct Cli {
     /// Check the configuration and exit.
     #[arg(long)]
     check_config: bool,
+}
+
+/// Clients of a running daemon.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Show slow requests, requests stuck right now and stall episodes (GET /stalls).
+    Stalls {
+        /// The daemon's address.
+        #[arg(long, default_value = "http://127.0.0.1:9617")]
+        url: String,
+        /// Only this device (kernel name).
+        #[arg(long)]
+        device: Option<String>,
+        /// Only since this long ago (30s, 5m) or this RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only requests at least this slow / episodes at least this long (e.g. 200ms).
+        #[arg(long)]
+        min: Option<String>,
+        /// At most this many per list.
+        #[arg(long)]
+        limit: Option<String>,
+        /// JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print biolatency-style histograms per device, class and stage (GET /histograms).
+    Report {
+        /// The daemon's address.
+        #[arg(long, default_value = "http://127.0.0.1:9617")]
+        url: String,
+        /// Only this device.
+        #[arg(long)]
+        device: Option<String>,
+        /// Window: this long back (default 60s; up to 15m).
+        #[arg(long, default_value = "60s")]
+        since: String,
+    },
 }
 
 fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
@@ -74,6 +116,21 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Some(cmd) = cli.command {
+        // A client piped into `head` should end quietly, like other CLI tools.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        let result = match cmd {
+            Command::Stalls { url, device, since, min, limit, json } => client::stalls(&url, device, since, min, limit, json),
+            Command::Report { url, device, since } => client::report(&url, device, Some(since)),
+        };
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cfg = match load_config(&cli) {
         Ok(c) => c,
         Err(e) => {
