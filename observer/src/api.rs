@@ -54,20 +54,20 @@ fn parse(q: &HashMap<String, String>, allowed: &[&str], clock: &Clock) -> Result
             return Err(bad(k, format!("unknown parameter; accepted: {}", allowed.join(", "))));
         }
     }
-    let dur = |name: &str, v: &str| -> Result<Duration, ApiError> {
-        humantime::parse_duration(v).map_err(|e| bad(name, format!("{v:?} is not a duration like 30s, 500ms or 5m: {e}")))
-    };
     let since_ns = match q.get("since") {
         None => None,
-        Some(v) => Some(match humantime::parse_rfc3339_weak(v) {
-            Ok(t) => clock.mono(t),
-            Err(_) => {
-                let d = dur("since", v).map_err(|_| bad("since", format!("{v:?} is neither a duration (30s, 5m) nor an RFC 3339 time (2026-01-02T03:04:05Z)")))?;
-                clock.mono_now.saturating_sub(d.as_nanos().min(u64::MAX as u128) as u64)
-            }
+        Some(v) => Some(if let Some(ns) = parse_duration_ns(v) {
+            clock.mono_now.saturating_sub(ns)
+        } else if let Some(t) = parse_unix_time(v) {
+            clock.mono(t)
+        } else {
+            return Err(bad("since", format!("{v:?} is neither a duration (30s, 1.5m, 500ms) nor a Unix time in seconds (1764450000)")));
         }),
     };
-    let min_ns = q.get("min").map(|v| dur("min", v).map(|d| d.as_nanos().min(u64::MAX as u128) as u64)).transpose()?;
+    let min_ns = q
+        .get("min")
+        .map(|v| parse_duration_ns(v).ok_or_else(|| bad("min", format!("{v:?} is not a duration like 30s, 1.5m or 500ms"))))
+        .transpose()?;
     let limit = q
         .get("limit")
         .map(|v| match v.parse::<usize>() {
@@ -85,11 +85,45 @@ fn parse(q: &HashMap<String, String>, allowed: &[&str], clock: &Clock) -> Result
         .transpose()?;
     let device = q.get("device").cloned();
     if let Some(d) = &device {
-        if d.is_empty() || d.len() > 64 || d.contains('/') {
+        if d.is_empty() || d.chars().count() > 64 || d.contains('/') {
             return Err(bad("device", "a kernel device name like vda, nvme0n1 or loop0"));
         }
     }
     Ok(Params { device, since_ns, min_ns, limit, json })
+}
+
+/// `<number><unit>`: digits with an optional fraction (up to 9 digits each), unit one of
+/// ns, us, ms, s, m, h (the `DurationParam` pattern in docs/openapi.yaml). Saturates.
+fn parse_duration_ns(v: &str) -> Option<u64> {
+    let split = v.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+    let (num, unit) = v.split_at(split);
+    let unit_ns: u128 = match unit {
+        "ns" => 1,
+        "us" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        _ => return None,
+    };
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty() || int.len() > 9 || frac.len() > 9 || (num.contains('.') && frac.is_empty()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let int: u128 = int.parse().ok()?;
+    let frac_ns: u128 = if frac.is_empty() { 0 } else { frac.parse::<u128>().ok()? * unit_ns / 10u128.pow(frac.len() as u32) };
+    Some((int * unit_ns + frac_ns).min(u64::MAX as u128) as u64)
+}
+
+/// A Unix time in seconds: 10 digits with an optional fraction (up to 9 digits).
+fn parse_unix_time(v: &str) -> Option<std::time::SystemTime> {
+    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+    if int.len() != 10 || !int.bytes().all(|b| b.is_ascii_digit()) || frac.len() > 9 || (v.contains('.') && frac.is_empty()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let secs: u64 = int.parse().ok()?;
+    let nanos: u64 = if frac.is_empty() { 0 } else { frac.parse::<u64>().ok()? * 10u64.pow(9 - frac.len() as u32) };
+    Some(std::time::UNIX_EPOCH + Duration::new(secs, nanos as u32))
 }
 
 fn wants_json(p: &Params, headers: &HeaderMap) -> bool {
@@ -149,11 +183,6 @@ pub async fn get_histograms(State(st): State<Arc<AppState>>, Query(q): Query<Has
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    if let Some(s) = p.since_ns {
-        if clock.mono_now.saturating_sub(s) > crate::windows::KEEP_NS + crate::windows::INTERVAL_NS {
-            return bad("since", "at most the last 15m are kept").into_response();
-        }
-    }
     let out = blocking(move || {
         let filter = st.runtime.read().expect("runtime lock").filter.clone();
         let snap = Snapshot::read(&st.maps, &st.reaped, &filter);
@@ -167,6 +196,28 @@ pub async fn get_histograms(State(st): State<Arc<AppState>>, Query(q): Query<Has
     })
     .await;
     Json(out).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ns("30s"), Some(30_000_000_000));
+        assert_eq!(parse_duration_ns("1.5m"), Some(90_000_000_000));
+        assert_eq!(parse_duration_ns("500ms"), Some(500_000_000));
+        assert_eq!(parse_duration_ns("0.000000001s"), Some(1));
+        assert_eq!(parse_duration_ns("999999999h"), Some(999_999_999 * 3_600_000_000_000));
+        for bad in ["", "s", "5", "5 s", "-5s", "1.s", ".5s", "5sec", "1e3s", "5S", "1234567890s"] {
+            assert_eq!(parse_duration_ns(bad), None, "{bad:?}");
+        }
+        assert!(parse_unix_time("1764450000").is_some());
+        assert!(parse_unix_time("1764450000.25").is_some());
+        for bad in ["176445000", "17644500000", "1764450000.", "abc", "2026-01-01T00:00:00Z"] {
+            assert!(parse_unix_time(bad).is_none(), "{bad:?}");
+        }
+    }
 }
 
 /// `GET /openapi.yaml`.

@@ -60,7 +60,7 @@ enum Command {
         /// Only this device (kernel name).
         #[arg(long)]
         device: Option<String>,
-        /// Only since this long ago (30s, 5m) or this RFC 3339 time.
+        /// Only since this long ago (30s, 1.5m) or this Unix time (seconds).
         #[arg(long)]
         since: Option<String>,
         /// Only requests at least this slow / episodes at least this long (e.g. 200ms).

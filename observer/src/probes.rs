@@ -186,8 +186,11 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) 
     let conv = |name: &'static str| move |e: aya::maps::MapError| load_err(format!("map {name}"))(e.into());
     let inflight: HashMap<MapData, u64, Inflight> =
         HashMap::try_from(take(&mut ebpf, m::INFLIGHT)?).map_err(conv(m::INFLIGHT))?;
-    let inflight_id = IterableMap::map(&inflight).info().map_err(conv(m::INFLIGHT))?.id();
-    let inflight_rw = MapData::from_id(inflight_id).map_err(conv(m::INFLIGHT))?;
+    // dup(2) the map fd for the reaper: BPF_MAP_GET_FD_BY_ID would need CAP_SYS_ADMIN.
+    let dup = std::os::fd::AsFd::as_fd(IterableMap::map(&inflight).fd())
+        .try_clone_to_owned()
+        .map_err(|e| load_err("map INFLIGHT (dup)")(e.into()))?;
+    let inflight_rw = MapData::from_fd(dup).map_err(conv(m::INFLIGHT))?;
     let maps = Maps {
         inflight,
         inflight_rw: std::sync::Mutex::new(

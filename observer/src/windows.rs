@@ -115,7 +115,8 @@ impl Windows {
     }
 
     /// Summaries of `current` minus the newest snapshot taken at or before `since_ns` (all
-    /// since start when `since_ns` is None). Returns the window start actually used.
+    /// since start when `since_ns` is None; the oldest snapshot kept when `since_ns` reaches
+    /// further back than [`KEEP_NS`]). Returns the window start actually used.
     pub fn summarize(&self, current: &Snapshot, since_ns: Option<u64>, device: Option<&str>) -> (Option<u64>, Vec<Summary>) {
         let base = since_ns.and_then(|s| self.snaps.iter().rev().find(|(t, _)| *t <= s).or(self.snaps.front()));
         let empty = BTreeMap::new();

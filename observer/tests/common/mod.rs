@@ -2,6 +2,8 @@
 //! Every fixture cleans up in `Drop`, so a failing assertion leaves nothing behind.
 #![allow(dead_code)]
 
+pub mod slowfs;
+
 use std::{
     collections::BTreeMap,
     net::TcpListener,

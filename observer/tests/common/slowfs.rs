@@ -1,0 +1,214 @@
+//! A FUSE filesystem with one file, `disk.img`, kept in memory, whose writes and fsyncs sleep
+//! a configured time, and which can hold one write until released: a block device with a
+//! known, injected delay once a loop device is put on top of it. The file is opened in
+//! direct-I/O mode so every loop request reaches this code synchronously.
+
+use std::{
+    ffi::OsStr,
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Condvar, Mutex,
+    },
+    time::{Duration, UNIX_EPOCH},
+};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, LockOwner, OpenFlags, ReplyAttr,
+    ReplyData, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, WriteFlags,
+};
+
+/// Controls shared with the test.
+#[derive(Default)]
+pub struct Knobs {
+    /// Sleep per write (ns).
+    pub write_delay_ns: AtomicU64,
+    /// Sleep per fsync (ns).
+    pub fsync_delay_ns: AtomicU64,
+    /// When set, the next write blocks until [`Knobs::release`].
+    pub hold_next: AtomicBool,
+    held: Mutex<bool>,
+    cv: Condvar,
+    /// Writes seen.
+    pub writes: AtomicU64,
+}
+
+impl Knobs {
+    /// Lets a held write go.
+    pub fn release(&self) {
+        *self.held.lock().unwrap() = false;
+        self.cv.notify_all();
+    }
+
+    /// Whether a write is being held now.
+    pub fn holding(&self) -> bool {
+        *self.held.lock().unwrap()
+    }
+}
+
+struct SlowFs {
+    data: Mutex<Vec<u8>>,
+    knobs: Arc<Knobs>,
+}
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn attr(ino: u64, size: u64) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size,
+        blocks: size / 512,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: if ino == 1 { FileType::Directory } else { FileType::RegularFile },
+        perm: if ino == 1 { 0o755 } else { 0o644 },
+        nlink: if ino == 1 { 2 } else { 1 },
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+impl Filesystem for SlowFs {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if u64::from(parent) == 1 && name == "disk.img" {
+            reply.entry(&TTL, &attr(2, self.data.lock().unwrap().len() as u64), fuser::Generation(0));
+        } else {
+            reply.error(Errno::ENOENT);
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match u64::from(ino) {
+            1 => reply.attr(&TTL, &attr(1, 0)),
+            2 => reply.attr(&TTL, &attr(2, self.data.lock().unwrap().len() as u64)),
+            _ => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
+    }
+
+    fn read(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags,
+            _lock: Option<LockOwner>, reply: ReplyData) {
+        let data = self.data.lock().unwrap();
+        let start = (offset as usize).min(data.len());
+        let end = (start + size as usize).min(data.len());
+        reply.data(&data[start..end]);
+    }
+
+    fn write(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, offset: u64, buf: &[u8], _wf: WriteFlags,
+             _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
+        let k = &self.knobs;
+        if k.hold_next.swap(false, Ordering::SeqCst) {
+            let mut held = k.held.lock().unwrap();
+            *held = true;
+            while *held {
+                held = k.cv.wait(held).unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_nanos(k.write_delay_ns.load(Ordering::SeqCst)));
+        {
+            let mut data = self.data.lock().unwrap();
+            let start = (offset as usize).min(data.len());
+            let end = (start + buf.len()).min(data.len());
+            data[start..end].copy_from_slice(&buf[..end - start]);
+        }
+        k.writes.fetch_add(1, Ordering::SeqCst);
+        reply.written(buf.len() as u32);
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        std::thread::sleep(Duration::from_nanos(self.knobs.fsync_delay_ns.load(Ordering::SeqCst)));
+        reply.ok();
+    }
+}
+
+/// The mounted filesystem; unmounted (and its directory removed) on drop.
+pub struct SlowMount {
+    pub dir: PathBuf,
+    pub knobs: Arc<Knobs>,
+    session: Option<fuser::BackgroundSession>,
+}
+
+impl SlowMount {
+    /// Mounts a filesystem with a `size_mib` disk.img under a new directory in /tmp.
+    pub fn new(size_mib: usize) -> SlowMount {
+        let dir = std::env::temp_dir().join(format!("blkobs-slowfs-{}-{}", std::process::id(), rand_suffix()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let knobs = Arc::new(Knobs::default());
+        let fs = SlowFs { data: Mutex::new(vec![0u8; size_mib << 20]), knobs: knobs.clone() };
+        let mut cfg = fuser::Config::default();
+        cfg.mount_options = vec![fuser::MountOption::FSName("blkobs-slowfs".into()), fuser::MountOption::RW];
+        cfg.acl = fuser::SessionACL::All;
+        let session = fuser::spawn_mount(fs, &dir, &cfg).expect("mounting the FUSE test filesystem (needs /dev/fuse and root)");
+        SlowMount { dir, knobs, session: Some(session) }
+    }
+
+    /// Path of the backing file.
+    pub fn image(&self) -> PathBuf {
+        self.dir.join("disk.img")
+    }
+
+    /// Sets the write delay.
+    pub fn set_write_delay(&self, d: Duration) {
+        self.knobs.write_delay_ns.store(d.as_nanos() as u64, Ordering::SeqCst);
+    }
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() as u64
+}
+
+impl Drop for SlowMount {
+    fn drop(&mut self) {
+        self.knobs.release();
+        self.knobs.write_delay_ns.store(0, Ordering::SeqCst);
+        drop(self.session.take());
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// A loop device on a [`SlowMount`]'s image. Drop releases any held write, removes the delay,
+/// detaches the loop device, then unmounts.
+pub struct SlowDisk {
+    pub path: String,
+    pub name: String,
+    pub mount: SlowMount,
+}
+
+impl SlowDisk {
+    pub fn new(size_mib: usize, scheduler: &str) -> SlowDisk {
+        let mount = SlowMount::new(size_mib);
+        let out = std::process::Command::new("losetup").args(["-f", "--show"]).arg(mount.image()).output().expect("losetup");
+        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let name = path.trim_start_matches("/dev/").to_string();
+        let d = SlowDisk { path, name, mount };
+        std::fs::write(format!("/sys/block/{}/queue/scheduler", d.name), scheduler).expect("set scheduler");
+        d
+    }
+
+    pub fn knobs(&self) -> &Knobs {
+        &self.mount.knobs
+    }
+}
+
+impl Drop for SlowDisk {
+    fn drop(&mut self) {
+        self.mount.knobs.write_delay_ns.store(0, Ordering::SeqCst);
+        self.mount.knobs.hold_next.store(false, Ordering::SeqCst);
+        self.mount.knobs.release();
+        let _ = std::process::Command::new("losetup").args(["-d", &self.path]).status();
+    }
+}
