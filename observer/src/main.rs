@@ -6,6 +6,7 @@ mod kernel_layout;
 mod metrics;
 mod probes;
 mod server;
+mod service;
 mod snapshot;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
@@ -81,7 +82,7 @@ fn main() -> ExitCode {
         println!("configuration OK");
         return ExitCode::SUCCESS;
     }
-    match run(cfg) {
+    match run(cfg, cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -91,18 +92,20 @@ fn main() -> ExitCode {
 }
 
 #[tokio::main]
-async fn run(cfg: Config) -> anyhow::Result<()> {
+async fn run(cfg: Config, cli: Cli) -> anyhow::Result<()> {
     let (probes, maps) = probes::attach(cfg.maps.inflight_entries, cfg.maps.stats_memory_mib)?;
     let state = Arc::new(server::AppState {
         maps,
-        filter: DeviceFilter::new(&cfg.devices),
-        buckets: metrics::BucketMap::new(&cfg.histogram.buckets),
+        filter: arc_swap::ArcSwap::from_pointee(DeviceFilter::new(&cfg.devices)),
+        buckets: arc_swap::ArcSwap::from_pointee(metrics::BucketMap::new(&cfg.histogram.buckets)),
         info: probes.info.clone(),
     });
+    service::spawn_reload_on_sighup(service::Reloader::new(move || load_config(&cli), state.clone(), cfg.clone()))?;
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}: choose another address with --listen or `listen` in the config", cfg.listen))?;
     info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
+    service::notify_ready(&format!("serving on {}", listener.local_addr()?));
     axum::serve(listener, server::router(state))
         .with_graceful_shutdown(shutdown())
         .await
@@ -120,4 +123,5 @@ async fn shutdown() {
         _ = tokio::signal::ctrl_c() => {}
     }
     info!("shutting down");
+    service::notify_stopping();
 }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use axum::{
     extract::State,
     http::{header, StatusCode},
@@ -16,10 +17,10 @@ use crate::{config::DeviceFilter, metrics::BucketMap, probes::{AttachInfo, Maps}
 pub struct AppState {
     /// The kernel maps.
     pub maps: Maps,
-    /// Exported devices.
-    pub filter: DeviceFilter,
-    /// Exported buckets.
-    pub buckets: BucketMap,
+    /// Exported devices (swapped on SIGHUP reload, see `service`).
+    pub filter: ArcSwap<DeviceFilter>,
+    /// Exported buckets (swapped on SIGHUP reload, see `service`).
+    pub buckets: ArcSwap<BucketMap>,
     /// Attach details for build_info.
     pub info: AttachInfo,
 }
@@ -36,8 +37,9 @@ pub fn router(state: Arc<AppState>) -> Router {
 async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     // Map reads are syscalls: keep them off the async workers.
     let body = tokio::task::spawn_blocking(move || {
-        let snap = Snapshot::read(&st.maps, &st.filter);
-        crate::metrics::render(&snap, &st.buckets, &st.info)
+        let (filter, buckets) = (st.filter.load_full(), st.buckets.load_full());
+        let snap = Snapshot::read(&st.maps, &filter);
+        crate::metrics::render(&snap, &buckets, &st.info)
     })
     .await;
     match body {
