@@ -277,10 +277,12 @@ fn instant(base: &str, q: &str) -> Result<usize, String> {
 
 const FIO_JOB: &str = "\
 [global]
+# Threads, not processes: killing fio (the guard's SIGKILL) stops every job at once.
+thread=1
 filename=DEV
 direct=1
 time_based=1
-runtime=90
+runtime=60
 size=48M
 group_reporting=1
 [reads]
@@ -398,6 +400,8 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
             }
         }
     }
+    fio.signal(libc::SIGINT);
+    let _ = fio.wait_timeout(Duration::from_secs(10));
     drop(fio);
     prom.signal(libc::SIGTERM);
     let _ = prom.wait_timeout(Duration::from_secs(10));
