@@ -69,9 +69,11 @@ fi
 install -m 0644 "$root/docs/operations.md" "$destdir$DOC_DIR/operations.md"
 install -m 0644 "$here/prometheus.yml" "$destdir$DOC_DIR/prometheus.yml"
 install -m 0644 "$here/k8s/daemonset.yaml" "$destdir$DOC_DIR/daemonset.yaml"
-for f in "$root"/dashboards/*.json "$root"/dashboards/*.yaml; do
-  [ -e "$f" ] && install -m 0644 "$f" "$destdir$SHARE_DIR/dashboards/"
+for f in "$root"/dashboards/*.json; do
+  install -m 0644 "$f" "$destdir$SHARE_DIR/dashboards/"
 done
+install -d -m 0755 "$destdir$DOC_DIR/grafana-provisioning"
+install -m 0644 "$root"/dashboards/provisioning/*.yaml "$destdir$DOC_DIR/grafana-provisioning/"
 
 echo "installed observer into ${destdir:-/}"
 if [ -z "$destdir" ]; then

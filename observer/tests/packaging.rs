@@ -200,7 +200,9 @@ fn install_script_stages_binary_unit_config_docs_dashboards() {
     assert_eq!(mode("/lib/systemd/system/observer.service"), 0o644);
     assert_eq!(std::fs::read_to_string(at("/lib/systemd/system/observer.service")).unwrap(), read(UNIT));
     assert_eq!(std::fs::read_to_string(at("/etc/observer/observer.toml")).unwrap(), read("packaging/observer.toml"));
-    for f in ["/usr/share/doc/observer/operations.md", "/usr/share/doc/observer/prometheus.yml", "/usr/share/doc/observer/daemonset.yaml"] {
+    for f in ["/usr/share/doc/observer/operations.md", "/usr/share/doc/observer/prometheus.yml", "/usr/share/doc/observer/daemonset.yaml",
+        "/usr/share/doc/observer/grafana-provisioning/dashboards.yaml",
+    ] {
         assert!(at(f).is_file(), "{f} not installed");
     }
     let dashboards = std::fs::read_dir(at("/usr/share/observer/dashboards")).unwrap().count();
