@@ -181,6 +181,11 @@ fn dashboards_are_well_formed() {
             if !is_ds_ref(&p["datasource"]) {
                 bad(format!("panel {title:?}: datasource {} is not {{prometheus, ${{datasource}}}}", p["datasource"]));
             }
+            if let Some(r) = p["repeat"].as_str() {
+                if vars.get(r).is_none_or(|v| v["multi"] != true) {
+                    bad(format!("panel {title:?}: repeats over {r:?}, which is not a multi-value variable"));
+                }
+            }
             if p["description"].as_str().unwrap_or("").is_empty() {
                 bad(format!("panel {title:?}: no description"));
             }
