@@ -124,6 +124,7 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
     let families: Vec<String> = directive(&unit, "RestrictAddressFamilies").join(" ").split_whitespace().map(String::from).collect();
 
     let dir = TempDir::new("blkobs-strace");
+    let bin = observer_copy_for_any_user(&dir);
     let dev = LoopDev::new(32);
     let port = free_port();
     let trace = dir.join("trace");
@@ -138,7 +139,7 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         "--ambient-caps=-all,+bpf,+perfmon",
         "--bounding-set=-all,+bpf,+perfmon",
     ]);
-    cmd.arg(observer_bin()).args(["--listen", &format!("127.0.0.1:{port}"), "--device", &dev.name]);
+    cmd.arg(&bin).args(["--listen", &format!("127.0.0.1:{port}"), "--device", &dev.name]);
     let mut strace = start_observer(cmd, port, &dir.join("observer.log"));
     let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", strace.pid())).unwrap();
     let pid: i32 = children.split_whitespace().next().expect("strace has no child").parse().unwrap();
@@ -155,7 +156,7 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
     assert!(st.success(), "{st}");
 
     let text = std::fs::read_to_string(&trace).unwrap();
-    let exec = format!("execve(\"{}\"", observer_bin().display());
+    let exec = format!("execve(\"{}\"", bin.display());
     let start = text.find(&exec).expect("no execve of the daemon in the trace");
     let mut used = BTreeSet::new();
     let mut socket_families = BTreeSet::new();

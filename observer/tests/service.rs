@@ -159,13 +159,13 @@ fn notify_reload_and_clean_stop() {
 
 /// Starts the daemon as `nobody` with exactly the given capabilities (ambient, bounding set
 /// limited to them, no_new_privs), like the systemd unit does.
-fn unprivileged(caps: &str, port: u16, dev: &str) -> Command {
+fn unprivileged(bin: &std::path::Path, caps: &str, port: u16, dev: &str) -> Command {
     let mut c = Command::new("setpriv");
     c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs"])
         .arg(format!("--inh-caps=-all,{caps}"))
         .arg(format!("--ambient-caps=-all,{caps}"))
         .arg(format!("--bounding-set=-all,{caps}"))
-        .arg(observer_bin())
+        .arg(bin)
         .args(["--listen", &format!("127.0.0.1:{port}"), "--device", dev]);
     c
 }
@@ -175,25 +175,14 @@ fn runs_unprivileged_with_only_cap_bpf_and_cap_perfmon() {
     if !require_root_and(&["losetup", "dd", "setpriv"]) {
         return;
     }
-    // The binary must be reachable for uid 65534.
-    let bin = observer_bin();
-    let reachable = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&bin)
-        .arg("--version")
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !require(reachable, &format!("{} is not executable by uid 65534 (directory permissions)", bin.display())) {
-        return;
-    }
     let dir = TempDir::new("blkobs-unpriv");
+    let bin = observer_copy_for_any_user(&dir);
     let dev = LoopDev::new(32);
 
     // Without CAP_PERFMON: refused, and the message says what to grant.
     let port = free_port();
     let log = dir.join("noperfmon.log");
-    let mut d = ChildGuard::spawn(unprivileged("+bpf", port, &dev.name), "observer", &log);
+    let mut d = ChildGuard::spawn(unprivileged(&bin, "+bpf", port, &dev.name), "observer", &log);
     let st = d.wait_timeout(Duration::from_secs(20)).expect("observer without CAP_PERFMON neither failed nor served");
     assert!(!st.success());
     let text = std::fs::read_to_string(&log).unwrap();
@@ -202,7 +191,7 @@ fn runs_unprivileged_with_only_cap_bpf_and_cap_perfmon() {
     // With CAP_BPF + CAP_PERFMON only: attaches, serves, counts real I/O.
     let port = free_port();
     let log = dir.join("observer.log");
-    let d = start_observer(unprivileged("+bpf,+perfmon", port, &dev.name), port, &log);
+    let d = start_observer(unprivileged(&bin, "+bpf,+perfmon", port, &dev.name), port, &log);
     let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
     let field = |k: &str| status.lines().find(|l| l.starts_with(k)).unwrap().split_whitespace().nth(1).unwrap().to_string();
     assert_eq!(field("Uid:"), "65534", "not running as nobody");

@@ -65,6 +65,16 @@ pub fn observer_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_observer"))
 }
 
+/// A copy of the daemon binary in `dir` (mode 0755), so that an unprivileged user can run it
+/// even when the build tree is not reachable for that user (e.g. a checkout under /root).
+pub fn observer_copy_for_any_user(dir: &TempDir) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("observer");
+    std::fs::copy(observer_bin(), &p).expect("copy the observer binary");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A unique name for this process and call.
