@@ -100,11 +100,11 @@ async fn run(cfg: Config, cli: Cli) -> anyhow::Result<()> {
         buckets: arc_swap::ArcSwap::from_pointee(metrics::BucketMap::new(&cfg.histogram.buckets)),
         info: probes.info.clone(),
     });
-    service::spawn_reload_on_sighup(service::Reloader::new(move || load_config(&cli), state.clone(), cfg.clone()))?;
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}: choose another address with --listen or `listen` in the config", cfg.listen))?;
     info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
+    service::spawn_reload_on_sighup(service::Reloader::new(move || load_config(&cli), state.clone(), cfg.clone()))?;
     service::notify_ready(&format!("serving on {}", listener.local_addr()?));
     axum::serve(listener, server::router(state))
         .with_graceful_shutdown(shutdown())

@@ -54,6 +54,10 @@ fn notify_reloading() {
 }
 
 /// Configuration keys that only take effect at startup and differ between `old` and `new`.
+///
+/// Everything but `[devices]` and `[histogram]` is startup-only. Known keys are named; a change
+/// anywhere else (a section added later) is reported as "other startup-only keys" rather than
+/// silently ignored.
 pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     let mut keys = Vec::new();
     if old.listen != new.listen {
@@ -64,6 +68,14 @@ pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if old.maps.stats_memory_mib != new.maps.stats_memory_mib {
         keys.push("maps.stats_memory_mib");
+    }
+    let mut rest = new.clone();
+    rest.devices = old.devices.clone();
+    rest.histogram = old.histogram.clone();
+    rest.listen = old.listen;
+    rest.maps = old.maps.clone();
+    if rest != *old {
+        keys.push("other startup-only keys");
     }
     keys
 }

@@ -6,7 +6,7 @@
 //! Run as root: `cargo test -p observer --test dashboards`. Without root or tools the live test
 //! skips, except with `CI=true`, where it fails.
 
-mod common;
+mod ops_support;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use common::*;
+use ops_support::*;
 use serde_json::Value;
 
 /// Grafana's built-in variables the dashboards may use, with the value the test substitutes

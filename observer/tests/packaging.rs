@@ -6,7 +6,7 @@
 //!
 //! Tools come from scripts/provision.sh. Missing tools skip the test, except with `CI=true`.
 
-mod common;
+mod ops_support;
 
 use std::{
     collections::BTreeSet,
@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use common::*;
+use ops_support::*;
 
 const UNIT: &str = "packaging/observer.service";
 const SECURITY_LIMIT: f64 = 3.0;

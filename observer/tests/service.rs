@@ -6,7 +6,7 @@
 //! Run as root: `cargo test -p observer --test service`. Without root or tools the tests skip,
 //! except with `CI=true`, where they fail.
 
-mod common;
+mod ops_support;
 
 use std::{
     os::unix::net::UnixDatagram,
@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::*;
+use ops_support::*;
 
 /// A NOTIFY_SOCKET listener, as systemd provides (we are not PID 1 here).
 struct Notify {
