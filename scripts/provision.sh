@@ -38,3 +38,29 @@ if ! command -v bpf-linker >/dev/null 2>&1 || ! bpf-linker --version 2>/dev/null
     || { log "bpf-linker build failed; it needs llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev"; exit 1; }
 fi
 log "toolchain ready: $(/usr/bin/rustc --version), $(bpf-linker --version)"
+
+# ---------------------------------------------------------------------------------------------
+# Operations tooling (issue #5): real Prometheus for the dashboard test, systemd-analyze for the
+# unit checks, strace (syscall audit of the unit's SystemCallFilter), and kubernetes-validate
+# (PyPI) in a venv of our own for the DaemonSet check. Tests look for it at
+# /opt/blkobs-tools/venv/bin/kubernetes-validate (override: KUBERNETES_VALIDATE=/path).
+OPS_APT_PKGS=(prometheus systemd python3-venv python3-pip strace bpftool fio util-linux)
+ops_missing=()
+for p in "${OPS_APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || ops_missing+=("$p")
+done
+if [ "${#ops_missing[@]}" -gt 0 ]; then
+  log "installing operations tooling: ${ops_missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${ops_missing[@]}" >/dev/null
+fi
+KV_VERSION=1.37.0
+KV_VENV=/opt/blkobs-tools/venv
+if ! "$KV_VENV/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$KV_VERSION"; then
+  log "installing kubernetes-validate $KV_VERSION into $KV_VENV"
+  /usr/bin/python3 -m venv "$KV_VENV"
+  "$KV_VENV/bin/pip" install -q "kubernetes-validate==$KV_VERSION" \
+    || { log "pip install kubernetes-validate failed: check access to PyPI"; exit 1; }
+fi
+log "operations tooling ready: $(prometheus --version 2>&1 | head -1), $(systemd-analyze --version | head -1), kubernetes-validate $("$KV_VENV/bin/kubernetes-validate" --version 2>&1)"

@@ -9,6 +9,7 @@ mod metrics;
 mod probes;
 mod reaper;
 mod server;
+mod service;
 mod snapshot;
 mod stalls;
 mod windows;
@@ -142,7 +143,7 @@ fn main() -> ExitCode {
         println!("configuration OK");
         return ExitCode::SUCCESS;
     }
-    match run(cfg) {
+    match run(cfg, cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -152,7 +153,7 @@ fn main() -> ExitCode {
 }
 
 #[tokio::main]
-async fn run(cfg: Config) -> anyhow::Result<()> {
+async fn run(cfg: Config, cli: Cli) -> anyhow::Result<()> {
     let (probes, maps) = probes::attach(cfg.maps.inflight_entries, cfg.maps.stats_memory_mib, cfg.stalls.settings())?;
     let state = Arc::new(server::AppState {
         maps,
@@ -171,6 +172,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}: choose another address with --listen or `listen` in the config", cfg.listen))?;
     info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
+    service::spawn_reload_on_sighup(service::Reloader::new(move || load_config(&cli), state.clone(), cfg.clone()))?;
+    service::notify_ready(&format!("serving on {}", listener.local_addr()?));
     axum::serve(listener, server::router(state))
         .with_graceful_shutdown(shutdown())
         .await
@@ -232,4 +235,5 @@ async fn shutdown() {
         _ = tokio::signal::ctrl_c() => {}
     }
     info!("shutting down");
+    service::notify_stopping();
 }

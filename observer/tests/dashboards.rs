@@ -1,0 +1,416 @@
+//! The Grafana dashboards in dashboards/: structure checks (no root needed), and every PromQL
+//! expression evaluated by Debian's real Prometheus server scraping the real daemon while fio
+//! drives real I/O on a loop device. An expression that errors or returns no data fails the
+//! test, as does a template variable query with no values.
+//!
+//! Run as root: `cargo test -p observer --test dashboards`. Without root or tools the live test
+//! skips, except with `CI=true`, where it fails.
+
+mod ops_support;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::Read,
+    path::PathBuf,
+    process::Command,
+    time::Duration,
+};
+
+use ops_support::*;
+use serde_json::Value;
+
+/// Grafana's built-in variables the dashboards may use, with the value the test substitutes
+/// (scrape interval 1 s: Grafana's $__rate_interval would be ≥ 4 s; 10 s is safe).
+const BUILTINS: &[(&str, &str)] = &[("__rate_interval", "10s"), ("__interval", "2s"), ("__range", "1m")];
+
+struct Dashboard {
+    file: String,
+    json: Value,
+}
+
+fn dashboards() -> Vec<Dashboard> {
+    let dir = repo_root().join("dashboards");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: invalid JSON: {e}", p.display()));
+            Dashboard { file: p.file_name().unwrap().to_string_lossy().into_owned(), json }
+        })
+        .collect()
+}
+
+/// All panels, rows' nested panels included.
+fn panels(d: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().expect("panels array") {
+        out.push(p);
+        if let Some(inner) = p["panels"].as_array() {
+            out.extend(inner.iter());
+        }
+    }
+    out
+}
+
+/// (panel title, refId, expr) of every query target.
+fn exprs(d: &Value) -> Vec<(String, String, String)> {
+    panels(d)
+        .into_iter()
+        .flat_map(|p| {
+            let title = p["title"].as_str().unwrap_or("?").to_string();
+            p["targets"].as_array().cloned().unwrap_or_default().into_iter().map(move |t| {
+                (title.clone(), t["refId"].as_str().unwrap_or("?").to_string(), t["expr"].as_str().unwrap_or("").to_string())
+            })
+        })
+        .collect()
+}
+
+/// Template variables: name → variable JSON.
+fn variables(d: &Value) -> BTreeMap<String, Value> {
+    d["templating"]["list"]
+        .as_array()
+        .expect("templating.list")
+        .iter()
+        .map(|v| (v["name"].as_str().expect("variable name").to_string(), v.clone()))
+        .collect()
+}
+
+/// Names used as `$name` or `${name}` (also `${name:fmt}`) in a string.
+fn used_vars(s: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'$' {
+            let (start, braced) = if b.get(i + 1) == Some(&b'{') { (i + 2, true) } else { (i + 1, false) };
+            let mut j = start;
+            while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
+                j += 1;
+            }
+            if j > start {
+                out.insert(s[start..j].to_string());
+            }
+            i = if braced { s[j..].find('}').map(|k| j + k + 1).unwrap_or(j) } else { j };
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Replaces `$name` / `${name}` by values (longest names first, so `$device` never eats `$devices`).
+fn substitute(expr: &str, values: &BTreeMap<String, String>) -> String {
+    let mut names: Vec<&String> = values.keys().collect();
+    names.sort_by_key(|n| std::cmp::Reverse(n.len()));
+    let mut s = expr.to_string();
+    for n in names {
+        s = s.replace(&format!("${{{n}}}"), &values[n]).replace(&format!("${n}"), &values[n]);
+    }
+    s
+}
+
+fn is_ds_ref(v: &Value) -> bool {
+    v["type"] == "prometheus" && v["uid"] == "${datasource}"
+}
+
+#[test]
+fn dashboards_are_well_formed() {
+    let all = dashboards();
+    assert!(all.len() >= 3, "expected the overview, filesystem-log and stalls dashboards, found {}", all.len());
+    let mut uids = BTreeSet::new();
+    let mut problems = Vec::new();
+    for Dashboard { file, json: d } in &all {
+        let mut bad = |m: String| problems.push(format!("{file}: {m}"));
+        let uid = d["uid"].as_str().unwrap_or("");
+        if uid.is_empty() || uid.len() > 40 || !uids.insert(uid.to_string()) {
+            bad(format!("uid {uid:?} missing, longer than 40 or not unique"));
+        }
+        if d["title"].as_str().unwrap_or("").is_empty() {
+            bad("no title".into());
+        }
+        if d["schemaVersion"].as_u64().unwrap_or(0) < 36 {
+            bad("schemaVersion < 36".into());
+        }
+        let vars = variables(d);
+        match vars.get("datasource") {
+            Some(v) if v["type"] == "datasource" && v["query"] == "prometheus" => {}
+            _ => bad("no `datasource` variable of type datasource/prometheus".into()),
+        }
+        match vars.get("device") {
+            Some(v) if v["type"] == "query" && is_ds_ref(&v["datasource"]) => {}
+            _ => bad("no `device` query variable on ${datasource}".into()),
+        }
+        for (name, v) in &vars {
+            if v["type"] == "query" {
+                let q = v["query"]["query"].as_str().or(v["query"].as_str()).unwrap_or("");
+                if !q.starts_with("label_values(") {
+                    bad(format!("variable {name}: query {q:?} is not label_values(...)"));
+                }
+                if !is_ds_ref(&v["datasource"]) {
+                    bad(format!("variable {name}: datasource is not ${{datasource}}"));
+                }
+            }
+        }
+        let ps = panels(d);
+        let mut ids = BTreeSet::new();
+        let mut rects = Vec::new();
+        for p in &ps {
+            let title = p["title"].as_str().unwrap_or("?");
+            let id = p["id"].as_u64();
+            if id.is_none() || !ids.insert(id.unwrap()) {
+                bad(format!("panel {title:?}: id {id:?} missing or duplicated"));
+            }
+            let g = &p["gridPos"];
+            let (x, y, w, h) = (g["x"].as_i64(), g["y"].as_i64(), g["w"].as_i64(), g["h"].as_i64());
+            match (x, y, w, h) {
+                (Some(x), Some(y), Some(w), Some(h)) if x >= 0 && y >= 0 && w > 0 && h > 0 && x + w <= 24 => {
+                    rects.push((title.to_string(), x, y, w, h))
+                }
+                _ => bad(format!("panel {title:?}: invalid gridPos {g}")),
+            }
+            if p["type"] == "row" {
+                continue;
+            }
+            if !is_ds_ref(&p["datasource"]) {
+                bad(format!("panel {title:?}: datasource {} is not {{prometheus, ${{datasource}}}}", p["datasource"]));
+            }
+            if let Some(r) = p["repeat"].as_str() {
+                if vars.get(r).is_none_or(|v| v["multi"] != true) {
+                    bad(format!("panel {title:?}: repeats over {r:?}, which is not a multi-value variable"));
+                }
+            }
+            if p["description"].as_str().unwrap_or("").is_empty() {
+                bad(format!("panel {title:?}: no description"));
+            }
+            let targets = p["targets"].as_array().cloned().unwrap_or_default();
+            if targets.is_empty() {
+                bad(format!("panel {title:?}: no queries"));
+            }
+            let mut refs = BTreeSet::new();
+            for t in &targets {
+                let r = t["refId"].as_str().unwrap_or("");
+                if r.is_empty() || !refs.insert(r.to_string()) {
+                    bad(format!("panel {title:?}: refId {r:?} missing or duplicated"));
+                }
+                if !t["datasource"].is_null() && !is_ds_ref(&t["datasource"]) {
+                    bad(format!("panel {title:?} {r}: target datasource is not ${{datasource}}"));
+                }
+                let e = t["expr"].as_str().unwrap_or("");
+                if e.trim().is_empty() {
+                    bad(format!("panel {title:?} {r}: empty expr"));
+                }
+                for v in used_vars(e) {
+                    if !vars.contains_key(&v) && !BUILTINS.iter().any(|(b, _)| *b == v) {
+                        bad(format!("panel {title:?} {r}: undefined variable ${v}"));
+                    }
+                }
+                if p["type"] == "heatmap" && (t["format"] != "heatmap" || !e.contains("_bucket") || !e.contains("by (le)")) {
+                    bad(format!("panel {title:?} {r}: heatmap target must be format=heatmap over _bucket by (le)"));
+                }
+            }
+        }
+        for (i, a) in rects.iter().enumerate() {
+            for b in &rects[i + 1..] {
+                let overlap = a.1 < b.1 + b.3 && b.1 < a.1 + a.3 && a.2 < b.2 + b.4 && b.2 < a.2 + a.4;
+                if overlap {
+                    bad(format!("panels {:?} and {:?} overlap", a.0, b.0));
+                }
+            }
+        }
+        if exprs(d).is_empty() {
+            bad("no expressions".into());
+        }
+    }
+    assert!(problems.is_empty(), "dashboard problems:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn structure_checks_catch_mistakes() {
+    // The helpers above must see what they are meant to see.
+    assert_eq!(used_vars("rate(x{d=~\"$device\"}[$__rate_interval]) ${op:regex}"), ["__rate_interval", "device", "op"].map(String::from).into());
+    let vals: BTreeMap<String, String> = [("device", "loop3"), ("devices", "X")].map(|(a, b)| (a.to_string(), b.to_string())).into();
+    assert_eq!(substitute("{a=~\"$device\",b=\"${devices}\"}", &vals), "{a=~\"loop3\",b=\"X\"}");
+}
+
+/// Prometheus HTTP API GET, returning the JSON body also for 4xx/5xx (errors are in the body).
+fn prom_get(base: &str, path: &str, params: &[(&str, &str)]) -> Result<Value, String> {
+    let mut req = ureq::get(&format!("{base}{path}")).timeout(Duration::from_secs(15));
+    for (k, v) in params {
+        req = req.query(k, v);
+    }
+    let resp = match req.call() {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => return Err(format!("transport: {e}")),
+    };
+    let mut s = String::new();
+    resp.into_reader().read_to_string(&mut s).map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_str(&s).map_err(|e| format!("not JSON ({e}): {s}"))?;
+    if v["status"] != "success" {
+        return Err(format!("{}: {}", v["errorType"], v["error"]));
+    }
+    Ok(v["data"].clone())
+}
+
+/// Instant query; Ok(number of series with a finite value).
+fn instant(base: &str, q: &str) -> Result<usize, String> {
+    let data = prom_get(base, "/api/v1/query", &[("query", q)])?;
+    let finite = |v: &Value| v[1].as_str().and_then(|s| s.parse::<f64>().ok()).is_some_and(f64::is_finite);
+    match data["resultType"].as_str() {
+        Some("vector") => {
+            let r = data["result"].as_array().cloned().unwrap_or_default();
+            if r.is_empty() {
+                return Err("no data (empty result)".into());
+            }
+            let n = r.iter().filter(|s| finite(&s["value"])).count();
+            if n == 0 {
+                return Err(format!("only non-finite values: {r:?}"));
+            }
+            Ok(n)
+        }
+        Some("scalar") if finite(&data["result"]) => Ok(1),
+        other => Err(format!("unexpected result type {other:?}: {data}")),
+    }
+}
+
+const FIO_JOB: &str = "\
+[global]
+# Threads, not processes: killing fio (the guard's SIGKILL) stops every job at once.
+thread=1
+filename=DEV
+direct=1
+time_based=1
+runtime=60
+size=48M
+group_reporting=1
+[reads]
+rw=randread
+bs=4k
+ioengine=libaio
+iodepth=4
+rate_iops=1500
+offset=0
+[writes]
+rw=randwrite
+bs=16k
+ioengine=psync
+rate_iops=300
+offset=64M
+[sync-writes]
+# O_DSYNC direct writes become FUA writes; fsync every 4 writes adds PREFLUSH writes and flushes.
+rw=write
+bs=4k
+ioengine=psync
+sync=1
+fsync=4
+rate_iops=150
+offset=128M
+";
+
+#[test]
+fn every_dashboard_query_returns_data_from_real_prometheus() {
+    if !require_root_and(&["prometheus", "fio", "losetup"]) {
+        return;
+    }
+    let dir = TempDir::new("blkobs-dash");
+    let dev = LoopDev::new(192);
+
+    let port = free_port();
+    let mut cmd = Command::new(observer_bin());
+    cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--device", &dev.name]);
+    let _daemon = start_observer(cmd, port, &dir.join("observer.log"));
+
+    let job = dir.join("load.fio");
+    std::fs::write(&job, FIO_JOB.replace("DEV", &dev.path.to_string_lossy())).unwrap();
+    let mut fio_cmd = Command::new("fio");
+    fio_cmd.arg(&job);
+    let mut fio = ChildGuard::spawn(fio_cmd, "fio", &dir.join("fio.log"));
+
+    let pport = free_port();
+    let pcfg = dir.join("prometheus.yml");
+    std::fs::write(
+        &pcfg,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: blkobs\n    \
+             scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let mut pcmd = Command::new("prometheus");
+    pcmd.arg(format!("--config.file={}", pcfg.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
+        .arg("--storage.tsdb.retention.time=1h");
+    let plog = dir.join("prometheus.log");
+    let mut prom = ChildGuard::spawn(pcmd, "prometheus", &plog);
+    let base = format!("http://127.0.0.1:{pport}");
+
+    // Wait until Prometheus holds ≥ 15 s of scrapes of every class the workload makes
+    // (flushes are the last to appear) and the target is healthy.
+    let probe = format!("min(count_over_time(blkobs_requests_total{{device=\"{}\",op=~\"read|write|flush\"}}[30s]))", dev.name);
+    let ready = wait_for(Duration::from_secs(60), || {
+        assert!(prom.running(), "prometheus exited:\n{}", std::fs::read_to_string(&plog).unwrap_or_default());
+        assert!(fio.running(), "fio exited early:\n{}", std::fs::read_to_string(dir.join("fio.log")).unwrap_or_default());
+        let data = prom_get(&base, "/api/v1/query", &[("query", &probe)]).ok()?;
+        let n: f64 = data["result"][0]["value"][1].as_str()?.parse().ok()?;
+        (n >= 15.0).then_some(())
+    });
+    if ready.is_none() {
+        let targets = prom_get(&base, "/api/v1/targets", &[]).map(|v| v.to_string()).unwrap_or_else(|e| e);
+        panic!("Prometheus never had 15 s of scrapes of {}; targets: {targets}", dev.name);
+    }
+
+    let mut failures = Vec::new();
+    let mut evaluated = 0;
+    for Dashboard { file, json } in dashboards() {
+        let vars = variables(&json);
+        // Template variables: every label_values() query must yield values (the device's own
+        // name for `device`), then `device` is set to the test device and the others to All.
+        let mut values: BTreeMap<String, String> = BUILTINS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        values.insert("device".into(), dev.name.clone());
+        for (name, v) in &vars {
+            if v["type"] != "query" {
+                continue;
+            }
+            let q = v["query"]["query"].as_str().or(v["query"].as_str()).unwrap_or("");
+            let inner = q.strip_prefix("label_values(").and_then(|r| r.strip_suffix(')')).unwrap_or("");
+            let (series, label) = inner.rsplit_once(',').map(|(a, b)| (a.trim(), b.trim())).unwrap_or(("", ""));
+            let series = substitute(series, &values);
+            match prom_get(&base, &format!("/api/v1/label/{label}/values"), &[("match[]", &series)]) {
+                Ok(d) => {
+                    let got: Vec<&str> = d.as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default();
+                    if got.is_empty() || (name == "device" && !got.contains(&dev.name.as_str())) {
+                        failures.push(format!("{file}: variable {name} = {q}: values {got:?}"));
+                    }
+                }
+                Err(e) => failures.push(format!("{file}: variable {name} = {q}: {e}")),
+            }
+            if name != "device" {
+                values.insert(name.clone(), v["allValue"].as_str().unwrap_or(".+").to_string());
+            }
+        }
+        for (title, refid, expr) in exprs(&json) {
+            let q = substitute(&expr, &values);
+            evaluated += 1;
+            match instant(&base, &q) {
+                Ok(n) => eprintln!("ok   {file} {title:?} {refid}: {n} series"),
+                Err(e) => failures.push(format!("{file} panel {title:?} {refid}: {e}\n    query: {q}")),
+            }
+        }
+    }
+    fio.signal(libc::SIGINT);
+    let _ = fio.wait_timeout(Duration::from_secs(10));
+    drop(fio);
+    prom.signal(libc::SIGTERM);
+    let _ = prom.wait_timeout(Duration::from_secs(10));
+    assert!(evaluated >= 30, "only {evaluated} expressions found in the dashboards");
+    assert!(failures.is_empty(), "{} of {evaluated} dashboard queries failed:\n{}", failures.len(), failures.join("\n"));
+    eprintln!("{evaluated} dashboard expressions returned data");
+}
