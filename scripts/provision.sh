@@ -63,4 +63,11 @@ if ! "$KV_VENV/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$KV_VER
   "$KV_VENV/bin/pip" install -q "kubernetes-validate==$KV_VERSION" \
     || { log "pip install kubernetes-validate failed: check access to PyPI"; exit 1; }
 fi
+# schemathesis (PyPI) validates the OpenAPI document against the real API (tests/stalls.rs).
+ST_VERSION=4.32.5
+if ! "$KV_VENV/bin/st" --version 2>/dev/null | grep -q "$ST_VERSION"; then
+  log "installing schemathesis $ST_VERSION into $KV_VENV"
+  "$KV_VENV/bin/pip" install -q "schemathesis==$ST_VERSION" \
+    || { log "pip install schemathesis failed: check access to PyPI"; exit 1; }
+fi
 log "operations tooling ready: $(prometheus --version 2>&1 | head -1), $(systemd-analyze --version | head -1), kubernetes-validate $("$KV_VENV/bin/kubernetes-validate" --version 2>&1)"

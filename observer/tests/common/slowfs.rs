@@ -174,7 +174,9 @@ impl Drop for SlowMount {
         self.knobs.release();
         self.knobs.write_delay_ns.store(0, Ordering::SeqCst);
         drop(self.session.take());
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.dir).status();
+        if std::fs::read_to_string("/proc/self/mounts").unwrap_or_default().contains(self.dir.to_str().unwrap_or("?")) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
