@@ -178,7 +178,7 @@ pub fn render(s: &Snapshot, history: &History, buckets: &BucketMap, info: &Attac
         let ms = s
             .classes
             .iter()
-            .filter(|(_, t)| get(t) > 0 || name == "blkobs_requests_total")
+            .filter(|(_, t)| get(t) > 0 || name == "blkobs_requests_total" || name == "blkobs_slow_requests_total")
             .map(|((dev, class), t)| counter(&class_labels(dev, *class), get(t) as f64))
             .collect();
         fams.push(family(name, help, MetricType::COUNTER, ms));
@@ -217,15 +217,26 @@ pub fn render(s: &Snapshot, history: &History, buckets: &BucketMap, info: &Attac
         MetricType::GAUGE,
         oldest,
     ));
-    let (mut episodes, mut seconds) = (Vec::new(), Vec::new());
+    // Every known device gets both kinds, 0 until an episode ends, so alerts and rates work.
+    let mut totals: std::collections::BTreeMap<(String, &str), (u64, f64)> = std::collections::BTreeMap::new();
+    for dev in s.inflight.keys() {
+        totals.insert((dev.clone(), "device"), (0, 0.0));
+        totals.insert((dev.clone(), "dispatch"), (0, 0.0));
+    }
     for ((dev, kind), (n, secs)) in &history.episode_totals {
         let name = devices::name(*dev);
         if !filter.allows(&name) {
             continue;
         }
         let kind = if *kind == observer_common::maps::STALL_DEVICE { "device" } else { "dispatch" };
-        episodes.push(counter(&[("device", &name), ("kind", kind)], *n as f64));
-        seconds.push(counter(&[("device", &name), ("kind", kind)], *secs));
+        let t = totals.entry((name, kind)).or_default();
+        t.0 += n;
+        t.1 += secs;
+    }
+    let (mut episodes, mut seconds) = (Vec::new(), Vec::new());
+    for ((dev, kind), (n, secs)) in &totals {
+        episodes.push(counter(&[("device", dev), ("kind", kind)], *n as f64));
+        seconds.push(counter(&[("device", dev), ("kind", kind)], *secs));
     }
     fams.push(family(
         "blkobs_stall_episodes_total",
