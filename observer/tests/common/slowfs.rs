@@ -31,6 +31,8 @@ pub struct Knobs {
     cv: Condvar,
     /// Writes seen.
     pub writes: AtomicU64,
+    /// (byte offset, time spent in the write handler) of every write: the server-side witness.
+    pub served: Mutex<Vec<(u64, Duration)>>,
 }
 
 impl Knobs {
@@ -105,6 +107,7 @@ impl Filesystem for SlowFs {
     fn write(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, offset: u64, buf: &[u8], _wf: WriteFlags,
              _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
         let k = &self.knobs;
+        let started = std::time::Instant::now();
         if k.hold_next.swap(false, Ordering::SeqCst) {
             let mut held = k.held.lock().unwrap();
             *held = true;
@@ -120,6 +123,7 @@ impl Filesystem for SlowFs {
             data[start..end].copy_from_slice(&buf[..end - start]);
         }
         k.writes.fetch_add(1, Ordering::SeqCst);
+        k.served.lock().unwrap().push((offset, started.elapsed()));
         reply.written(buf.len() as u32);
     }
 
