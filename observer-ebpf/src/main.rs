@@ -28,6 +28,7 @@ use observer_common::{
         mkdev, ClassKey, ClassStats, Counter, ErrorKey, Inflight, StageHist,
         INFLIGHT_DEFAULT_ENTRIES,
     },
+    maps::{LogRanges, LOG_RANGES_ENTRIES},
     Stage,
 };
 
@@ -72,6 +73,20 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT
 /// One all-zero `ClassStats`: the template for new `CLASS_STATS` entries (too big for the stack).
 #[map]
 static ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Filesystem log ranges per disk, written by the daemon (observer/src/fslog.rs).
+#[map]
+static LOG_RANGES: HashMap<u32, LogRanges> = HashMap::with_max_entries(LOG_RANGES_ENTRIES, 0);
+
+/// [`observer_common::class::LOG`] if the request starts inside a filesystem log range of its
+/// disk, else 0. One hash lookup; reads `rq->__sector` only for disks that have a log.
+#[inline(always)]
+fn log_class(dev: u32, rq: u64, l: &KernelLayout) -> u16 {
+    match unsafe { LOG_RANGES.get(&dev) } {
+        Some(r) if r.contains(read::<u64>(rq, l.rq_sector)) => observer_common::class::LOG,
+        _ => 0,
+    }
+}
 
 #[inline(always)]
 fn layout() -> KernelLayout {
@@ -152,6 +167,7 @@ fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayout) {
         requeues: 0,
         requeued: 0,
     };
+    let e = Inflight { class: e.class | log_class(e.dev, rq, l), ..e };
     match INFLIGHT.insert(&rq, &e, BPF_NOEXIST as u64) {
         Ok(()) => {}
         Err(-17) if replace => {

@@ -1,7 +1,9 @@
 //! `observer`: live block I/O latency observer. See README.md.
 
+mod api_devices;
 mod config;
 mod devices;
+mod fslog;
 mod kernel_layout;
 mod metrics;
 mod probes;
@@ -100,7 +102,15 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         buckets: metrics::BucketMap::new(&cfg.histogram.buckets),
         info: probes.info.clone(),
         reaped: reaper::Reaped::default(),
+        fslog: Arc::default(),
     });
+    let fslog_state = state.clone();
+    fslog::spawn(
+        move |want| fslog::sync_map(&mut fslog_state.maps.log_ranges.lock().expect("LOG_RANGES lock"), want),
+        state.fslog.clone(),
+        fslog::Sources::default(),
+    )
+    .context("starting the filesystem log discovery thread")?;
     let reaper_state = state.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));

@@ -6,7 +6,7 @@ use aya::{
     programs::{BtfTracePoint, RawTracePoint},
     Btf, Ebpf, EbpfLoader,
 };
-use observer_common::maps::{self as m, ClassKey, ClassStats, ErrorKey, Inflight};
+use observer_common::maps::{self as m, ClassKey, ClassStats, ErrorKey, Inflight, LogRanges};
 use tracing::{info, warn};
 
 use crate::kernel_layout::{ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF};
@@ -54,6 +54,8 @@ pub struct Maps {
     pub errors: PerCpuHashMap<MapData, ErrorKey, u64>,
     /// `COUNTERS`: [`observer_common::maps::Counter`] → per-CPU count.
     pub counters: PerCpuArray<MapData, u64>,
+    /// `LOG_RANGES`: disk → filesystem log ranges; written only by [`crate::fslog`].
+    pub log_ranges: std::sync::Mutex<HashMap<MapData, u32, LogRanges>>,
     /// Capacity of `INFLIGHT` (entries).
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
@@ -183,6 +185,9 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32) -> Result<(Probes, M
         class_stats: PerCpuHashMap::try_from(take(&mut ebpf, m::CLASS_STATS)?).map_err(conv(m::CLASS_STATS))?,
         errors: PerCpuHashMap::try_from(take(&mut ebpf, m::ERRORS)?).map_err(conv(m::ERRORS))?,
         counters: PerCpuArray::try_from(take(&mut ebpf, m::COUNTERS)?).map_err(conv(m::COUNTERS))?,
+        log_ranges: std::sync::Mutex::new(
+            HashMap::try_from(take(&mut ebpf, m::LOG_RANGES)?).map_err(conv(m::LOG_RANGES))?,
+        ),
         inflight_capacity: inflight_entries,
         class_stats_capacity: stats_entries,
     };

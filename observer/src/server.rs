@@ -1,4 +1,4 @@
-//! HTTP endpoints: `GET /metrics` (Prometheus text format) and `GET /healthz`.
+//! HTTP endpoints: `GET /metrics` (Prometheus text format), `GET /healthz`, `GET /devices`.
 
 use std::sync::Arc;
 
@@ -24,6 +24,8 @@ pub struct AppState {
     pub info: AttachInfo,
     /// Requests retired by the reaper.
     pub reaped: Reaped,
+    /// Filesystem logs found (see [`crate::fslog`]).
+    pub fslog: Arc<crate::fslog::FsLogState>,
 }
 
 /// The router.
@@ -31,6 +33,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/devices", get(crate::api_devices::devices))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found: try /metrics or /healthz\n") })
         .with_state(state)
 }
@@ -39,7 +42,7 @@ async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     // Map reads are syscalls: keep them off the async workers.
     let body = tokio::task::spawn_blocking(move || {
         let snap = Snapshot::read(&st.maps, &st.reaped, &st.filter);
-        crate::metrics::render(&snap, &st.buckets, &st.info)
+        crate::metrics::render(&snap, &st.buckets, &st.info) + &crate::fslog::render_metrics(&st.fslog.get())
     })
     .await;
     match body {
