@@ -452,7 +452,13 @@ impl Ext4Super {
             uuid: sb[104..120].try_into().unwrap(),
             journal_uuid: sb[208..224].try_into().unwrap(),
         };
-        if s.inodes_per_group == 0 || !(128..=s.block_size as u32).contains(&(s.inode_size as u32)) || !s.inode_size.is_power_of_two() || !s.desc_size.is_power_of_two() {
+        // An external journal device has no inodes.
+        if !s.is_journal_dev()
+            && (s.inodes_per_group == 0
+                || !(128..=s.block_size).contains(&(s.inode_size as u32))
+                || !s.inode_size.is_power_of_two()
+                || !s.desc_size.is_power_of_two())
+        {
             return Err(corrupt(format!("s_inodes_per_group {} s_inode_size {} desc size {}", s.inodes_per_group, s.inode_size, s.desc_size)));
         }
         Ok(s)
