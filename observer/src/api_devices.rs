@@ -9,7 +9,8 @@
 //!  "warnings": ["..."], "updated_unix": 1700000000}
 //! ```
 //! Sectors are 512 bytes; `log_ranges` are on the whole disk (what requests carry), `end`
-//! exclusive. Every disk in /sys/block is listed, with or without filesystems.
+//! exclusive. Every disk in /sys/block with media (size > 0) is listed, with or without
+//! filesystems.
 
 use std::{path::Path, sync::Arc};
 
@@ -86,6 +87,10 @@ pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
     names.sort();
     for name in names {
         let dir = sys_block.join(&name);
+        let sectors: u64 = read(&dir.join("size")).parse().unwrap_or(0);
+        if sectors == 0 && !d.ranges.contains_key(&name) {
+            continue; // unattached loop devices, empty drives
+        }
         let mut partitions = Vec::new();
         if let Ok(it) = std::fs::read_dir(&dir) {
             for e in it.flatten() {
@@ -120,7 +125,7 @@ pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
         }
         devices.push(Device {
             dev: read(&dir.join("dev")),
-            sectors: read(&dir.join("size")).parse().unwrap_or(0),
+            sectors,
             write_cache: read(&dir.join("queue/write_cache")),
             partitions,
             filesystems: fss,
