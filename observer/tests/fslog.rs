@@ -14,6 +14,27 @@ use std::{
 use common::*;
 use serde_json::Value;
 
+/// require_root plus what these tests need beyond it: tracefs and the witnesses' tools.
+fn require(test: &str) -> bool {
+    if !require_root(test) {
+        return false;
+    }
+    let tracefs = std::path::Path::new("/sys/kernel/tracing/instances").is_dir();
+    let missing: Vec<&str> = ["xfs_db", "mkfs.ext4", "mke2fs", "dumpe2fs", "debugfs", "sfdisk", "partx"]
+        .into_iter()
+        .filter(|t| !which(t))
+        .collect();
+    if tracefs && missing.is_empty() {
+        return true;
+    }
+    let why = format!("{test}: needs tracefs at /sys/kernel/tracing (found: {tracefs}) and {missing:?}: run scripts/provision.sh (xfsprogs, e2fsprogs, fdisk, util-linux)");
+    if in_ci() {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED {why}");
+    false
+}
+
 fn devices(d: &Daemon) -> Value {
     let (status, body) = d.get("/devices").expect("GET /devices");
     assert_eq!(status, 200, "{body}");
@@ -181,7 +202,7 @@ fn in_ranges(rs: &[(u64, u64)], sector: u64) -> bool {
 /// running remove and restore the ranges.
 #[test]
 fn xfs_internal_logs() {
-    if !require_root("xfs_internal_logs") {
+    if !require("xfs_internal_logs") {
         return;
     }
     let daemon = Daemon::start(&[]);
@@ -243,7 +264,7 @@ fn xfs_internal_logs() {
 /// device makes that device log in its entirety. Classification follows on both disks.
 #[test]
 fn xfs_partition_offset_and_external_log() {
-    if !require_root("xfs_partition_offset_and_external_log") {
+    if !require("xfs_partition_offset_and_external_log") {
         return;
     }
     let daemon = Daemon::start(&[]);
@@ -282,7 +303,7 @@ fn xfs_partition_offset_and_external_log() {
 /// inode 8; under fsync load jbd2's writes are log writes, data writes are not.
 #[test]
 fn ext4_internal_journal() {
-    if !require_root("ext4_internal_journal") {
+    if !require("ext4_internal_journal") {
         return;
     }
     let daemon = Daemon::start(&[]);
@@ -310,17 +331,19 @@ fn ext4_internal_journal() {
 }
 
 /// ext4 with its journal on an external device (mke2fs -O journal_dev): the device found
-/// through s_journal_dev (checked against s_journal_uuid) is log in its entirety.
+/// through s_journal_dev (checked against s_journal_uuid) is log in its entirety. The daemon
+/// starts after the mount.
 #[test]
 fn ext4_external_journal() {
-    if !require_root("ext4_external_journal") {
+    if !require("ext4_external_journal") {
         return;
     }
-    let daemon = Daemon::start(&[]);
     let jdev = LoopDev::new(32, "none");
     let data = LoopDev::new(256, "none");
     sh("mke2fs", &["-q", "-F", "-O", "journal_dev", "-b", "4096", &jdev.path]);
     let m = Mount::new(&data, &["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", "-b", "4096", "-J", &format!("device={}", jdev.path)]);
+    // Started after the mount: the first discovery finds it.
+    let daemon = Daemon::start(&[]);
     let h = sh("dumpe2fs", &["-h", &data.path]);
     let jline = h.lines().find(|l| l.starts_with("Journal device:")).unwrap_or_else(|| panic!("no external journal:\n{h}"));
     let (maj, min) = jdev.sysfs("dev").split_once(':').map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap())).unwrap();
@@ -342,7 +365,7 @@ fn ext4_external_journal() {
 /// skipped with a warning in /devices and the log; the daemon stays up and keeps other ranges.
 #[test]
 fn corrupt_superblocks_are_skipped() {
-    if !require_root("corrupt_superblocks_are_skipped") {
+    if !require("corrupt_superblocks_are_skipped") {
         return;
     }
     let daemon = Daemon::start(&[]);
