@@ -61,7 +61,7 @@ run() { # $1 = write_cache mode
   curl -s "127.0.0.1:$PORT/metrics" > "/tmp/blkobs-example-before-$$"
   local t0 t1 fps
   t0=$(date +%s.%N)
-  fps=$(fs_mark -d "$MNT/fsm" -n "$FILES" -s 4096 -S 1 -t 1 -k | awk '/^ +[0-9]/ {print $4}')
+  fps=$(fs_mark -d "$MNT/fsm" -n "$FILES" -s 4096 -S 1 -t 1 -k -l "/tmp/blkobs-example-fsmark-$$.log" | awk '/^ +[0-9]/ {print $4}')
   t1=$(date +%s.%N)
   sleep 1
   curl -s "127.0.0.1:$PORT/metrics" > "/tmp/blkobs-example-after-$$"
@@ -126,4 +126,4 @@ echo "|---|---|---|---|---|---|---|---|---|---|"
 run "write back"
 run "write through"
 run "write back"
-rm -f "/tmp/blkobs-example-before-$$" "/tmp/blkobs-example-after-$$"
+rm -f "/tmp/blkobs-example-before-$$" "/tmp/blkobs-example-after-$$" "/tmp/blkobs-example-fsmark-$$.log"
