@@ -2,7 +2,7 @@
 //!
 //! This is the one place where kernel `cmd_flags` are decoded ([`classify`], run inside the
 //! eBPF programs) and where the resulting class is turned into names ([`Class`]). A class is a
-//! `u16`: bits 0..4 the [`Op`], bit [`PREFLUSH`] and up the flags.
+//! `u16`: bits 0..4 the [`Op`], bit [`PREFLUSH`] and up the flags, bit [`LOG`] the log region.
 
 use crate::layout::KernelLayout;
 
@@ -77,15 +77,21 @@ pub const SYNC: u16 = 1 << 6;
 pub const META: u16 = 1 << 7;
 /// REQ_RAHEAD: readahead, may be failed by the driver.
 pub const RAHEAD: u16 = 1 << 8;
+/// Not a REQ_* flag: the request starts inside a filesystem log (journal) range known to the
+/// daemon (XFS log, ext4/jbd2 journal; see `observer/src/fslog.rs`). Set at `block_io_start`
+/// from the `LOG_RANGES` map, never by [`classify`].
+pub const LOG: u16 = 1 << 9;
 
-/// The flags exported as labels: (class bit, label name, rwbs letter). Label names are the REQ_*
-/// names in lower case, except REQ_RAHEAD, exported as `readahead`.
-pub const FLAGS: [(u16, &str); 5] = [
+/// The flags exported as labels: (class bit, label name). Label names are the REQ_* names in
+/// lower case, except REQ_RAHEAD, exported as `readahead`, and [`LOG`], exported as `log`
+/// (`{op="write",log="true"}` selects filesystem log writes).
+pub const FLAGS: [(u16, &str); 6] = [
     (PREFLUSH, "preflush"),
     (FUA, "fua"),
     (SYNC, "sync"),
     (META, "meta"),
     (RAHEAD, "readahead"),
+    (LOG, "log"),
 ];
 
 /// Computes the class of a request or bio from its raw `cmd_flags` / `bi_opf`.

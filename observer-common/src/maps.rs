@@ -7,6 +7,7 @@
 //! | `ERRORS` | per-CPU hash | [`ErrorKey`] | u64 count |
 //! | `COUNTERS` | per-CPU array | [`Counter`] as u32 | u64 |
 //! | `ZERO` | per-CPU array, 1 entry | 0 | [`ClassStats`] (always zero; template for inserts) |
+//! | `LOG_RANGES` | hash | disk as [`mkdev`] (u32) | [`LogRanges`] (written by the daemon only) |
 
 use crate::{hist::NBUCKETS, Stage};
 
@@ -27,6 +28,13 @@ pub const CLASS_STATS: &str = "CLASS_STATS";
 pub const ERRORS: &str = "ERRORS";
 /// See module docs.
 pub const COUNTERS: &str = "COUNTERS";
+
+/// See module docs.
+pub const LOG_RANGES: &str = "LOG_RANGES";
+/// Capacity of `LOG_RANGES` (disks with at least one filesystem log).
+pub const LOG_RANGES_ENTRIES: u32 = 256;
+/// Ranges per disk in [`LogRanges`]; more are dropped by the daemon with a warning.
+pub const LOG_RANGES_MAX: usize = 8;
 
 /// Default capacity of `INFLIGHT` (requests tracked at once, all devices).
 pub const INFLIGHT_DEFAULT_ENTRIES: u32 = 16384;
@@ -250,8 +258,53 @@ impl Counter {
     pub const COUNT: u32 = 6;
 }
 
+/// One filesystem log range on a whole disk: `[start, end)` in 512-byte sectors, as
+/// `struct request::__sector` counts them (partition offset already added).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SectorRange {
+    /// First sector (inclusive).
+    pub start: u64,
+    /// End sector (exclusive).
+    pub end: u64,
+}
+
+/// Value of `LOG_RANGES`: the log (journal) ranges on one disk. A request whose first sector is
+/// inside one of `ranges[..count]` gets [`crate::class::LOG`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogRanges {
+    /// Valid entries in `ranges` (≤ [`LOG_RANGES_MAX`]).
+    pub count: u32,
+    /// Always 0.
+    pub _pad: u32,
+    /// The ranges; entries past `count` are ignored.
+    pub ranges: [SectorRange; LOG_RANGES_MAX],
+}
+
+impl LogRanges {
+    /// Whether `sector` (512-byte units on the whole disk) is inside one of the ranges. The
+    /// eBPF side runs the same bounded loop.
+    #[inline(always)]
+    pub fn contains(&self, sector: u64) -> bool {
+        let mut i = 0;
+        while i < LOG_RANGES_MAX {
+            if i as u32 >= self.count {
+                break;
+            }
+            let r = &self.ranges[i];
+            if sector >= r.start && sector < r.end {
+                return true;
+            }
+            i += 1;
+        }
+        false
+    }
+}
+
 #[cfg(feature = "user")]
 mod pod {
+    unsafe impl aya::Pod for super::LogRanges {}
     unsafe impl aya::Pod for super::Inflight {}
     unsafe impl aya::Pod for super::ClassKey {}
     unsafe impl aya::Pod for super::ClassStats {}

@@ -32,6 +32,7 @@ use observer_common::{
         StageHist, StallEvent, EVENTS_BYTES, EVENT_SLOW, EVENT_STALL, INFLIGHT_DEFAULT_ENTRIES,
         STALL_DEVICE, STALL_DISPATCH,
     },
+    maps::{LogRanges, LOG_RANGES_ENTRIES},
     Stage,
 };
 
@@ -60,6 +61,20 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
 /// One all-zero `ClassStats`: the template for new `CLASS_STATS` entries (too big for the stack).
 #[map]
 static ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Filesystem log ranges per disk, written by the daemon (observer/src/fslog.rs).
+#[map]
+static LOG_RANGES: HashMap<u32, LogRanges> = HashMap::with_max_entries(LOG_RANGES_ENTRIES, 0);
+
+/// [`observer_common::class::LOG`] if the request starts inside a filesystem log range of its
+/// disk, else 0. One hash lookup.
+#[inline(always)]
+fn log_class(dev: u32, sector: u64) -> u16 {
+    match unsafe { LOG_RANGES.get(&dev) } {
+        Some(r) if r.contains(sector) => observer_common::class::LOG,
+        _ => 0,
+    }
+}
 
 #[inline(always)]
 fn layout() -> KernelLayout {
@@ -146,6 +161,7 @@ fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayout) {
         cgroup: unsafe { bpf_get_current_cgroup_id() },
         comm: bpf_get_current_comm().unwrap_or_default(),
     };
+    let e = Inflight { class: e.class | log_class(e.dev, e.sector), ..e };
     match INFLIGHT.insert(&rq, &e, BPF_NOEXIST as u64) {
         Ok(()) => {}
         Err(-17) if replace => {

@@ -2,8 +2,10 @@
 
 mod api;
 mod client;
+mod api_devices;
 mod config;
 mod devices;
+mod fslog;
 mod kernel_layout;
 mod metrics;
 mod probes;
@@ -166,8 +168,16 @@ async fn run(cfg: Config, cli: Cli) -> anyhow::Result<()> {
         reaped: reaper::Reaped::default(),
         history: std::sync::Mutex::new(stalls::History::new(cfg.stalls.history_requests, cfg.stalls.history_episodes)),
         windows: std::sync::Mutex::new(windows::Windows::default()),
+        fslog: Arc::default(),
     });
     spawn_background(state.clone())?;
+    let fslog_state = state.clone();
+    fslog::spawn(
+        move |want| fslog::sync_map(&mut fslog_state.maps.log_ranges.lock().expect("LOG_RANGES lock"), want),
+        state.fslog.clone(),
+        fslog::Sources::default(),
+    )
+    .context("starting the filesystem log discovery thread")?;
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}: choose another address with --listen or `listen` in the config", cfg.listen))?;

@@ -2,7 +2,7 @@
 //!
 //! | metric | type | labels |
 //! |---|---|---|
-//! | `blkobs_request_latency_seconds` | histogram | device, op, preflush, fua, sync, meta, readahead, stage |
+//! | `blkobs_request_latency_seconds` | histogram | device, op, preflush, fua, sync, meta, readahead, log, stage |
 //! | `blkobs_requests_total` | counter | device, op, flags |
 //! | `blkobs_bytes_total` | counter | device, op, flags |
 //! | `blkobs_merges_total` | counter | device, op, flags |
@@ -14,7 +14,13 @@
 //! | `blkobs_events_dropped_total` | counter | reason |
 //! | `blkobs_request_errors_total` | counter | device, op, status |
 //! | `blkobs_inflight_requests` | gauge | device, stage (queue, device) |
+//! | `blkobs_fs_log_sectors` | gauge (fslog.rs) | device, fs_device, fstype, mountpoint, kind, start |
+//! | `blkobs_fs_log_warnings` | gauge (fslog.rs) | |
 //! | `blkobs_untracked_completions_total`, `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info` | self-monitoring | |
+//!
+//! Label `log` is `true` for requests that start inside a filesystem log (journal) range
+//! (`observer_common::class::LOG`, see `fslog.rs`): `{op="write",log="true"}` selects log writes.
+//! "flags" above means the same flag labels as the histogram (preflush ... log).
 
 use prometheus::{
     proto::{Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType},

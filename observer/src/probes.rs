@@ -6,7 +6,7 @@ use aya::{
     programs::{BtfTracePoint, RawTracePoint},
     Btf, Ebpf, EbpfLoader,
 };
-use observer_common::maps::{self as m, ClassKey, ClassStats, DevState, ErrorKey, Inflight, Settings};
+use observer_common::maps::{self as m, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges, Settings};
 use tracing::{info, warn};
 
 use crate::kernel_layout::{ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF};
@@ -60,6 +60,8 @@ pub struct Maps {
     pub devstate: HashMap<MapData, u32, DevState>,
     /// `EVENTS` ring buffer, taken by the event reader at startup.
     pub events: std::sync::Mutex<Option<RingBuf<MapData>>>,
+    /// `LOG_RANGES`: disk → filesystem log ranges; written only by [`crate::fslog`].
+    pub log_ranges: std::sync::Mutex<HashMap<MapData, u32, LogRanges>>,
     /// Capacity of `INFLIGHT` (entries).
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
@@ -202,6 +204,9 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) 
         settings: std::sync::Mutex::new(Array::try_from(take(&mut ebpf, m::SETTINGS)?).map_err(conv(m::SETTINGS))?),
         devstate: HashMap::try_from(take(&mut ebpf, m::DEVSTATE)?).map_err(conv(m::DEVSTATE))?,
         events: std::sync::Mutex::new(Some(RingBuf::try_from(take(&mut ebpf, m::EVENTS)?).map_err(conv(m::EVENTS))?)),
+        log_ranges: std::sync::Mutex::new(
+            HashMap::try_from(take(&mut ebpf, m::LOG_RANGES)?).map_err(conv(m::LOG_RANGES))?,
+        ),
         inflight_capacity: inflight_entries,
         class_stats_capacity: stats_entries,
     };

@@ -1,4 +1,5 @@
-//! HTTP endpoints: `/metrics` (Prometheus text format), `/healthz`, and the API in [`crate::api`].
+//! HTTP endpoints: `/metrics` (Prometheus text format), `/healthz`, `/devices`, and the API in
+//! [`crate::api`].
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -47,6 +48,8 @@ pub struct AppState {
     pub history: Mutex<History>,
     /// Histogram snapshots for `/histograms?since=`.
     pub windows: Mutex<Windows>,
+    /// Filesystem logs found (see [`crate::fslog`]).
+    pub fslog: Arc<crate::fslog::FsLogState>,
 }
 
 /// The router.
@@ -57,6 +60,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/stalls", get(api::get_stalls))
         .route("/inflight", get(api::get_inflight))
         .route("/histograms", get(api::get_histograms))
+        .route("/devices", get(crate::api_devices::devices))
         .route("/openapi.yaml", get(api::get_openapi))
         .fallback(|| async {
             (StatusCode::NOT_FOUND, axum::Json(serde_json::json!({
@@ -72,7 +76,7 @@ async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
         let rt = st.runtime.read().expect("runtime lock").clone();
         let snap = Snapshot::read(&st.maps, &st.reaped, &rt.filter);
         let history = st.history.lock().expect("history lock");
-        crate::metrics::render(&snap, &history, &rt.buckets, &st.info, &rt.filter)
+        crate::metrics::render(&snap, &history, &rt.buckets, &st.info, &rt.filter) + &crate::fslog::render_metrics(&st.fslog.get())
     })
     .await;
     match body {

@@ -305,3 +305,157 @@ pub fn fio(args: &[&str]) -> serde_json::Value {
     let out = sh("fio", &[&["--output-format=json"], args].concat());
     serde_json::from_str(&out).expect("fio JSON")
 }
+
+// ---- Fixtures for the filesystem log tests (tests/fslog.rs) ----
+
+impl LoopDev {
+    /// A loop device whose backing file first gets a partition table from `sfdisk_script`
+    /// (sfdisk works on the plain file), attached with `losetup -P` so the kernel creates
+    /// the partition devices (`<path>p1`, ...).
+    pub fn partitioned(size_mib: u64, scheduler: &str, sfdisk_script: &str) -> LoopDev {
+        use std::io::Write;
+        let file = PathBuf::from(format!(
+            "/dev/shm/blkobs-test-{}-{}.img",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::File::create(&file).unwrap().set_len(size_mib << 20).unwrap();
+        let mut sfdisk = Command::new("sfdisk").arg("-q").arg(&file).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+        sfdisk.stdin.take().unwrap().write_all(sfdisk_script.as_bytes()).unwrap();
+        if !sfdisk.wait().unwrap().success() {
+            let _ = std::fs::remove_file(&file);
+            panic!("sfdisk failed on {}", file.display());
+        }
+        let path = match Command::new("losetup").args(["-f", "--show", "-P"]).arg(&file).output() {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            other => {
+                let _ = std::fs::remove_file(&file);
+                panic!("losetup -P failed: {other:?}");
+            }
+        };
+        let name = path.trim_start_matches("/dev/").to_string();
+        let dev = LoopDev { path, name, file };
+        std::fs::write(format!("/sys/block/{}/queue/scheduler", dev.name), scheduler).expect("set scheduler");
+        // The kernel's own scan (losetup -P) finds nothing on kernels built without the
+        // partition table parsers; then add the partitions from userspace (BLKPG).
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !Path::new(&dev.part(1)).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if !Path::new(&dev.part(1)).exists() {
+            sh("partx", &["-a", &dev.path]);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !Path::new(&dev.part(1)).exists() {
+            assert!(Instant::now() < deadline, "{} did not appear", dev.part(1));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        dev
+    }
+
+    /// Path of partition `n` (`/dev/loopXpN`).
+    pub fn part(&self, n: u32) -> String {
+        format!("{}p{n}", self.path)
+    }
+
+    /// The backing file (to corrupt on-disk structures behind the kernel's back in tests).
+    pub fn backing_file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The kernel's `MKDEV(major, minor)` of this (whole) device, as tracepoints report it.
+    pub fn kdev(&self) -> u32 {
+        let (maj, min) = self.sysfs("dev").split_once(':').map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap())).unwrap();
+        (maj << 20) | min
+    }
+}
+
+impl Mount {
+    /// Makes a filesystem on any block device path with `mkfs` (program and options, the
+    /// device is appended) and mounts it with `-o opts` (if not empty).
+    pub fn on(device: &str, mkfs: &[&str], opts: &str) -> Mount {
+        let mut args: Vec<&str> = mkfs[1..].to_vec();
+        args.push(device);
+        sh(mkfs[0], &args);
+        let dir = std::env::temp_dir().join(format!("blkobs-mnt-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut m = vec![device, dir.to_str().unwrap()];
+        if !opts.is_empty() {
+            m.extend(["-o", opts]);
+        }
+        sh("mount", &m);
+        Mount { dir, mounted: true }
+    }
+
+    /// Mounts again after [`Mount::unmount`] (same device and options given).
+    pub fn remount(&mut self, device: &str, opts: &str) {
+        let mut m = vec![device, self.dir.to_str().unwrap()];
+        if !opts.is_empty() {
+            m.extend(["-o", opts]);
+        }
+        sh("mount", &m);
+        self.mounted = true;
+    }
+}
+
+/// One `block_io_start` event from an ftrace instance: what entered the block layer.
+#[derive(Clone, Debug)]
+pub struct IoStart {
+    pub rwbs: String,
+    pub sector: u64,
+    pub sectors: u64,
+    pub comm: String,
+}
+
+/// A private ftrace instance recording `block_io_start` for one disk; removed on drop.
+pub struct IoTrace {
+    dir: PathBuf,
+}
+
+impl IoTrace {
+    pub fn start(kdev: u32) -> IoTrace {
+        let dir = PathBuf::from(format!("/sys/kernel/tracing/instances/blkobs-test-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst)));
+        std::fs::create_dir(&dir).expect("tracefs instance (is /sys/kernel/tracing mounted?)");
+        let t = IoTrace { dir };
+        std::fs::write(t.dir.join("buffer_size_kb"), "16384").unwrap();
+        let ev = t.dir.join("events/block/block_io_start");
+        std::fs::write(ev.join("filter"), format!("dev == {kdev}")).unwrap();
+        std::fs::write(ev.join("enable"), "1").unwrap();
+        t
+    }
+
+    /// Stops recording and returns the events.
+    pub fn stop(&self) -> Vec<IoStart> {
+        std::fs::write(self.dir.join("events/block/block_io_start/enable"), "0").unwrap();
+        let text = std::fs::read_to_string(self.dir.join("trace")).unwrap();
+        let counts = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# entries-in-buffer/entries-written: "))
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|r| r.split_once('/'))
+            .map(|(a, b)| (a.to_string(), b.to_string()));
+        if let Some((kept, written)) = counts {
+            assert_eq!(kept, written, "trace buffer overflowed: the witness is incomplete");
+        }
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((_, rest)) = line.split_once("block_io_start: ") else { continue };
+            let t: Vec<&str> = rest.split_whitespace().collect();
+            let plus = t.iter().position(|x| *x == "+").expect("trace line format");
+            out.push(IoStart {
+                rwbs: t[1].to_string(),
+                sector: t[plus - 1].parse().unwrap(),
+                sectors: t[plus + 1].parse().unwrap(),
+                comm: t.last().unwrap().trim_matches(|c| c == '[' || c == ']').to_string(),
+            });
+        }
+        out
+    }
+}
+
+impl Drop for IoTrace {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("events/block/block_io_start/enable"), "0");
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}

@@ -1,0 +1,146 @@
+//! `GET /devices`: the block devices, the filesystems mounted on them and their log ranges.
+//!
+//! ```json
+//! {"devices": [{"device": "loop3", "dev": "7:3", "sectors": 1433600, "write_cache": "write back",
+//!               "partitions": [{"name": "loop3p1", "dev": "259:0", "start": 2048, "sectors": 65536}],
+//!               "filesystems": [{"fstype": "xfs", "mountpoint": "/mnt", "device": "loop3p1", "role": "data+log"}],
+//!               "log_ranges": [{"start": 34816, "end": 55296, "sectors": 20480}]}],
+//!  "filesystems": [ ...fslog::Filesystem... ],
+//!  "warnings": ["..."], "updated_unix": 1700000000}
+//! ```
+//! Sectors are 512 bytes; `log_ranges` are on the whole disk (what requests carry), `end`
+//! exclusive. Every disk in /sys/block with media (size > 0) is listed, with or without
+//! filesystems.
+
+use std::{path::Path, sync::Arc};
+
+use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
+use serde::Serialize;
+
+use crate::{fslog::{Discovery, Range}, server::AppState};
+
+/// A partition of a disk.
+#[derive(Serialize)]
+pub struct Partition {
+    /// Kernel name.
+    pub name: String,
+    /// `M:m`.
+    pub dev: String,
+    /// Start on the disk (512-byte sectors).
+    pub start: u64,
+    /// Size (512-byte sectors).
+    pub sectors: u64,
+}
+
+/// A filesystem that uses a disk, seen from that disk.
+#[derive(Serialize)]
+pub struct FsRef {
+    /// Filesystem type.
+    pub fstype: String,
+    /// First mount point.
+    pub mountpoint: String,
+    /// The device (disk or partition) of the filesystem's data.
+    pub device: String,
+    /// `data`, `log` (an external log device) or `data+log`.
+    pub role: &'static str,
+}
+
+/// One disk.
+#[derive(Serialize)]
+pub struct Device {
+    /// Kernel name.
+    pub device: String,
+    /// `M:m`.
+    pub dev: String,
+    /// Size (512-byte sectors).
+    pub sectors: u64,
+    /// `queue/write_cache`: `write back` or `write through`.
+    pub write_cache: String,
+    /// Partitions.
+    pub partitions: Vec<Partition>,
+    /// Filesystems with data or log on this disk.
+    pub filesystems: Vec<FsRef>,
+    /// Merged log ranges on this disk (what `LOG_RANGES` holds).
+    pub log_ranges: Vec<Range>,
+}
+
+/// The response body.
+#[derive(Serialize)]
+pub struct DevicesBody {
+    /// Disks.
+    pub devices: Vec<Device>,
+    /// The last discovery: filesystems, ranges, warnings.
+    #[serde(flatten)]
+    pub discovery: Discovery,
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// Builds the body from sysfs (`/sys/block`) and a discovery.
+pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
+    let mut devices = Vec::new();
+    let mut names: Vec<String> = std::fs::read_dir(sys_block)
+        .map(|it| it.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    for name in names {
+        let dir = sys_block.join(&name);
+        let sectors: u64 = read(&dir.join("size")).parse().unwrap_or(0);
+        if sectors == 0 && !d.ranges.contains_key(&name) {
+            continue; // unattached loop devices, empty drives
+        }
+        let mut partitions = Vec::new();
+        if let Ok(it) = std::fs::read_dir(&dir) {
+            for e in it.flatten() {
+                let p = e.path();
+                if p.join("partition").exists() {
+                    partitions.push(Partition {
+                        name: e.file_name().to_string_lossy().into_owned(),
+                        dev: read(&p.join("dev")),
+                        start: read(&p.join("start")).parse().unwrap_or(0),
+                        sectors: read(&p.join("size")).parse().unwrap_or(0),
+                    });
+                }
+            }
+        }
+        partitions.sort_by_key(|p| p.start);
+        let mut fss = Vec::new();
+        for fs in &d.filesystems {
+            let data = fs.device.disk == name;
+            let log = fs.log.iter().any(|e| e.disk == name);
+            if data || log {
+                fss.push(FsRef {
+                    fstype: fs.fstype.clone(),
+                    mountpoint: fs.mountpoints[0].clone(),
+                    device: fs.device.name.clone(),
+                    role: match (data, log && fs.log.iter().any(|e| e.disk == name && e.kind == crate::fslog::LogKind::Internal)) {
+                        (true, true) => "data+log",
+                        (true, false) => "data",
+                        _ => "log",
+                    },
+                });
+            }
+        }
+        devices.push(Device {
+            dev: read(&dir.join("dev")),
+            sectors,
+            write_cache: read(&dir.join("queue/write_cache")),
+            partitions,
+            filesystems: fss,
+            log_ranges: d.ranges.get(&name).cloned().unwrap_or_default(),
+            device: name,
+        });
+    }
+    DevicesBody { devices, discovery: d }
+}
+
+/// The handler.
+pub async fn devices(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+    let d = st.fslog.get();
+    match tokio::task::spawn_blocking(move || body(Path::new("/sys/block"), d)).await {
+        Ok(b) => Json(b).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("/devices failed: {e}\n")).into_response(),
+    }
+}
