@@ -284,7 +284,7 @@ const FIO_JOB: &str = "\
 [global]
 # Threads, not processes: killing fio (the guard's SIGKILL) stops every job at once.
 thread=1
-filename=DEV
+directory=MNT
 direct=1
 time_based=1
 runtime=60
@@ -296,13 +296,11 @@ bs=4k
 ioengine=libaio
 iodepth=4
 rate_iops=1500
-offset=0
 [writes]
 rw=randwrite
 bs=16k
 ioengine=psync
 rate_iops=300
-offset=64M
 [sync-writes]
 # O_DSYNC direct writes become FUA writes; fsync every 4 writes adds PREFLUSH writes and flushes.
 rw=write
@@ -311,7 +309,6 @@ ioengine=psync
 sync=1
 fsync=4
 rate_iops=150
-offset=128M
 ";
 
 #[test]
@@ -320,7 +317,24 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
         return;
     }
     let dir = TempDir::new("blkobs-dash");
-    let dev = LoopDev::new(192);
+    let dev = LoopDev::new(512);
+    // XFS on it, so the load produces filesystem log writes (log="true") as well.
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    assert!(Command::new("mkfs.xfs").args(["-q", "-f"]).arg(&dev.path).status().unwrap().success(), "mkfs.xfs");
+    assert!(Command::new("mount").arg(&dev.path).arg(&mnt).status().unwrap().success(), "mount");
+    let _unmount = Unmount(mnt.clone());
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            for _ in 0..20 {
+                if Command::new("umount").arg(&self.0).status().map(|s| s.success()).unwrap_or(false) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    }
 
     let port = free_port();
     let mut cmd = Command::new(observer_bin());
@@ -328,7 +342,7 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     let _daemon = start_observer(cmd, port, &dir.join("observer.log"));
 
     let job = dir.join("load.fio");
-    std::fs::write(&job, FIO_JOB.replace("DEV", &dev.path.to_string_lossy())).unwrap();
+    std::fs::write(&job, FIO_JOB.replace("MNT", &mnt.to_string_lossy())).unwrap();
     let mut fio_cmd = Command::new("fio");
     fio_cmd.arg(&job);
     let mut fio = ChildGuard::spawn(fio_cmd, "fio", &dir.join("fio.log"));
