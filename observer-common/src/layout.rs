@@ -64,6 +64,9 @@ pub struct KernelLayout {
     /// `block_rq_insert`, or at `block_rq_issue` when directly issued, and their flags are read
     /// after the block layer may have stripped PREFLUSH/FUA.
     pub enter_fallback: u32,
+    /// 1 when the programs run as `tp_btf`: struct fields are then read with direct loads,
+    /// which the verifier checks against BTF; 0 (raw_tp) uses `bpf_probe_read_kernel`.
+    pub direct_loads: u32,
 }
 
 impl KernelLayout {
@@ -73,7 +76,7 @@ impl KernelLayout {
         disk_major: 0, disk_first_minor: 0, rq_bio: 0, bio_next: 0, bio_opf: 0, bio_bdev: 0,
         bdev_disk: 0, rqf_flush_seq: 0, op_mask: 0, op_read: 0, op_write: 0, op_flush: 0,
         op_discard: 0, op_write_zeroes: 0, flag_preflush: 0, flag_fua: 0, flag_sync: 0,
-        flag_meta: 0, flag_rahead: 0, enter_fallback: 0,
+        flag_meta: 0, flag_rahead: 0, enter_fallback: 0, direct_loads: 0,
     };
 }
 

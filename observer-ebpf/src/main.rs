@@ -82,9 +82,19 @@ fn layout() -> KernelLayout {
     unsafe { core::ptr::read_volatile(&LAYOUT) }
 }
 
+/// Reads a kernel struct field at `base + off`. In tp_btf programs (`direct_loads`) a plain
+/// load, which the verifier checks against BTF and turns into a fault-safe load; in raw_tp
+/// programs `bpf_probe_read_kernel`. The flag is a read-only global, so the verifier only sees
+/// the branch the program really takes. 0 (or the default) if the read fails.
 #[inline(always)]
-fn read<T: Default>(base: u64, off: u32) -> T {
-    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T).unwrap_or_default() }
+fn read<T: Default + Copy>(base: u64, off: u32) -> T {
+    let direct = unsafe { core::ptr::read_volatile(&LAYOUT.direct_loads) };
+    let p = (base + off as u64) as *const T;
+    if direct != 0 {
+        unsafe { core::ptr::read_volatile(p) }
+    } else {
+        unsafe { bpf_probe_read_kernel(p).unwrap_or_default() }
+    }
 }
 
 #[inline(always)]

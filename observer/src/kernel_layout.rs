@@ -185,6 +185,7 @@ impl KernelBtf {
             flag_meta: bit("__REQ_META")?,
             flag_rahead: bit("__REQ_RAHEAD")?,
             enter_fallback: u32::from(self.tracepoint_args("block_io_start").is_none()),
+            direct_loads: 0,
         })
     }
 }

@@ -10,6 +10,7 @@ use observer_common::maps::{self as m, ClassKey, ClassStats, DevState, ErrorKey,
 use tracing::{info, warn};
 
 use crate::kernel_layout::{ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF};
+use observer_common::layout::KernelLayout;
 
 /// The eBPF object built by build.rs from `observer-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer.bpf.o"));
@@ -113,20 +114,77 @@ fn load_err(what: impl Into<String>) -> impl FnOnce(anyhow::Error) -> ProbeError
     move |source| ProbeError::Load { what, source }
 }
 
+/// How the programs are attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// `tp_btf` with direct (BTF-checked) loads of kernel struct fields: the fast path.
+    Btf,
+    /// `raw_tp` with `bpf_probe_read_kernel`: for kernels where tp_btf is refused.
+    Raw,
+}
+
+/// Loads the object and attaches every program in one mode, in the order given.
+fn load_and_attach(
+    mode: Mode,
+    layout: &KernelLayout,
+    kbtf: &KernelBtf,
+    btf: &Btf,
+    inflight_entries: u32,
+    stats_entries: u32,
+    plan: &[(&str, &str)],
+) -> Result<Ebpf, ProbeError> {
+    let layout = KernelLayout { direct_loads: u32::from(mode == Mode::Btf), ..*layout };
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(btf))
+        .override_global("LAYOUT", &layout, true)
+        .map_max_entries(m::INFLIGHT, inflight_entries)
+        .map_max_entries(m::CLASS_STATS, stats_entries)
+        .load(OBJECT)
+        .map_err(|e| load_err("loading the object")(e.into()))?;
+    for (base, tp) in plan {
+        let args = kbtf
+            .arg_layout(tp)
+            .ok_or_else(|| ProbeError::Layout(LayoutError::Missing(format!("tracepoint {tp}"))))?;
+        let name = match args {
+            ArgLayout::Current => base.to_string(),
+            ArgLayout::QueueFirst => format!("{base}_q"),
+        };
+        let step = |what: &str| load_err(format!("{what} {name} on {tp} ({mode:?})"));
+        match mode {
+            Mode::Btf => {
+                let prog: &mut BtfTracePoint = ebpf
+                    .program_mut(&name)
+                    .ok_or_else(|| step("finding")(anyhow::anyhow!("missing from object")))?
+                    .try_into()
+                    .map_err(|e: aya::programs::ProgramError| step("finding")(e.into()))?;
+                prog.load(tp, btf).map_err(|e| step("loading")(e.into()))?;
+                prog.attach().map_err(|e| step("attaching")(e.into()))?;
+            }
+            Mode::Raw => {
+                let raw = format!("{name}_raw");
+                let prog: &mut RawTracePoint = ebpf
+                    .program_mut(&raw)
+                    .ok_or_else(|| step("finding")(anyhow::anyhow!("missing from object")))?
+                    .try_into()
+                    .map_err(|e: aya::programs::ProgramError| step("finding")(e.into()))?;
+                prog.load().map_err(|e| step("loading")(e.into()))?;
+                prog.attach(tp).map_err(|e| step("attaching")(e.into()))?;
+            }
+        }
+    }
+    Ok(ebpf)
+}
+
 /// Loads and attaches everything; returns the probes (keep them alive) and the maps.
+///
+/// Tries `tp_btf` first; if any program is refused there, everything is loaded again as
+/// `raw_tp` (`OBSERVER_ATTACH=raw_tp` forces that).
 pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) -> Result<(Probes, Maps), ProbeError> {
     check_privileges()?;
     let kbtf = KernelBtf::from_file(VMLINUX_BTF)?;
     let layout = kbtf.kernel_layout()?;
     let btf = Btf::from_sys_fs().map_err(|e| load_err("reading kernel BTF for tp_btf")(e.into()))?;
     let stats_entries = class_stats_entries(stats_memory_mib);
-    let mut ebpf = EbpfLoader::new()
-        .btf(Some(&btf))
-        .override_global("LAYOUT", &layout, true)
-        .map_max_entries(m::INFLIGHT, inflight_entries)
-        .map_max_entries(m::CLASS_STATS, stats_entries)
-        .load(OBJECT)
-        .map_err(|e| load_err("loading the object")(e.into()))?;
 
     let enter_tp = if layout.enter_fallback != 0 {
         warn!("kernel has no block_io_start tracepoint (Linux < 6.5): requests enter at block_rq_insert \
@@ -147,39 +205,19 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) 
     ];
     plan.push(if layout.enter_fallback != 0 { ("rq_insert", "block_rq_insert") } else { ("io_start", "block_io_start") });
 
-    let mut mode = "tp_btf";
-    for (base, tp) in plan {
-        let layout = kbtf
-            .arg_layout(tp)
-            .ok_or_else(|| ProbeError::Layout(LayoutError::Missing(format!("tracepoint {tp}"))))?;
-        let name = match layout {
-            ArgLayout::Current => base.to_string(),
-            ArgLayout::QueueFirst => format!("{base}_q"),
-        };
-        let force_raw = std::env::var("OBSERVER_ATTACH").as_deref() == Ok("raw_tp");
-        let btf_result = (|| -> anyhow::Result<()> {
-            if force_raw {
-                anyhow::bail!("OBSERVER_ATTACH=raw_tp");
+    let force_raw = std::env::var("OBSERVER_ATTACH").as_deref() == Ok("raw_tp");
+    let attempt = |mode| load_and_attach(mode, &layout, &kbtf, &btf, inflight_entries, stats_entries, &plan);
+    let (mut ebpf, mode) = if force_raw {
+        (attempt(Mode::Raw)?, "raw_tp")
+    } else {
+        match attempt(Mode::Btf) {
+            Ok(e) => (e, "tp_btf"),
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "tp_btf programs refused; loading everything again as raw_tp");
+                (attempt(Mode::Raw)?, "raw_tp")
             }
-            let prog: &mut BtfTracePoint =
-                ebpf.program_mut(&name).ok_or_else(|| anyhow::anyhow!("no program {name}"))?.try_into()?;
-            prog.load(tp, &btf)?;
-            prog.attach()?;
-            Ok(())
-        })();
-        if let Err(e) = btf_result {
-            warn!(tracepoint = tp, error = %format!("{e:#}"), "tp_btf attach failed; falling back to raw_tp");
-            mode = "raw_tp";
-            let raw = format!("{name}_raw");
-            let prog: &mut RawTracePoint = ebpf
-                .program_mut(&raw)
-                .ok_or_else(|| load_err(raw.clone())(anyhow::anyhow!("program missing from object")))?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| load_err(raw.clone())(e.into()))?;
-            prog.load().map_err(|e| load_err(format!("loading {raw}"))(e.into()))?;
-            prog.attach(tp).map_err(|e| load_err(format!("attaching {raw} to {tp}"))(e.into()))?;
         }
-    }
+    };
     info!(mode, enter = enter_tp, class_stats_entries = stats_entries, inflight_entries, "eBPF programs attached");
 
     let take = |ebpf: &mut Ebpf, name: &str| {

@@ -28,8 +28,10 @@ fn requests(m: &Metrics, dev: &str, op: &str) -> f64 {
 }
 
 /// The whole end-to-end check on one scheduler.
-fn end_to_end(scheduler: &str) {
-    let daemon = Daemon::start(&[]);
+fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
+    let daemon = Daemon::start_env(&[], env);
+    let mode = if env.is_empty() { "tp_btf" } else { "raw_tp" };
+    assert_eq!(daemon.scrape().sum("blkobs_build_info", &[("attach", mode)]), 1.0);
     let dev = LoopDev::new(700, scheduler);
     assert_eq!(dev.sysfs("queue/write_cache"), "write back", "loop devices here have a volatile write cache");
     quiesce(&dev.name);
@@ -146,14 +148,22 @@ fn promtool_check(text: &str) {
 #[test]
 fn scheduler_none_end_to_end() {
     if require_root("scheduler_none_end_to_end") {
-        end_to_end("none");
+        end_to_end("none", &[]);
     }
 }
 
 #[test]
 fn scheduler_mq_deadline_end_to_end() {
     if require_root("scheduler_mq_deadline_end_to_end") {
-        end_to_end("mq-deadline");
+        end_to_end("mq-deadline", &[]);
+    }
+}
+
+/// The raw_tp fallback (bpf_probe_read_kernel instead of BTF-checked loads) counts the same.
+#[test]
+fn raw_tp_fallback_end_to_end() {
+    if require_root("raw_tp_fallback_end_to_end") {
+        end_to_end("mq-deadline", &[("OBSERVER_ATTACH", "raw_tp")]);
     }
 }
 

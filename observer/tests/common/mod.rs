@@ -62,12 +62,18 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(extra: &[&str]) -> Daemon {
+        Self::start_env(extra, &[])
+    }
+
+    /// Starts with extra environment variables (e.g. OBSERVER_ATTACH=raw_tp).
+    pub fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let addr = format!("127.0.0.1:{port}");
         let child = Command::new(env!("CARGO_BIN_EXE_observer"))
             .args(["--listen", &addr])
             .args(extra)
-            .env("OBSERVER_LOG", "warn")
+            .env("OBSERVER_LOG", "error")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .spawn()
             .expect("starting observer");
