@@ -7,13 +7,13 @@
 //! | `ERRORS` | per-CPU hash | [`ErrorKey`] | u64 count |
 //! | `COUNTERS` | per-CPU array | [`Counter`] as u32 | u64 |
 //! | `ZERO` | per-CPU array, 1 entry | 0 | [`ClassStats`] (always zero; template for inserts) |
-//! | `LOG_RANGES` | hash | disk as [`mkdev`] (u32) | [`LogRanges`] (written by the daemon only) |
+//! | `LOG_RANGES` | array of [`DEV_SLOTS`], index [`dev_slot`] | [`LogRanges`] (written by the daemon only) |
 
 use crate::{hist::NBUCKETS, Stage};
 
 /// `SETTINGS`: array of one [`Settings`], written by the daemon.
 pub const SETTINGS: &str = "SETTINGS";
-/// `DEVSTATE`: hash, disk → [`DevState`].
+/// `DEVSTATE`: array of [`DEV_SLOTS`] [`DevState`], indexed by [`dev_slot`].
 pub const DEVSTATE: &str = "DEVSTATE";
 /// `EVENTS`: ring buffer of [`SlowEvent`] and [`StallEvent`].
 pub const EVENTS: &str = "EVENTS";
@@ -31,8 +31,6 @@ pub const COUNTERS: &str = "COUNTERS";
 
 /// See module docs.
 pub const LOG_RANGES: &str = "LOG_RANGES";
-/// Capacity of `LOG_RANGES` (disks with at least one filesystem log).
-pub const LOG_RANGES_ENTRIES: u32 = 256;
 /// Ranges per disk in [`LogRanges`]; more are dropped by the daemon with a warning.
 pub const LOG_RANGES_MAX: usize = 8;
 
@@ -86,6 +84,26 @@ pub struct Inflight {
     pub cgroup: u64,
     /// Submitter's command name (TASK_COMM_LEN, NUL-padded).
     pub comm: [u8; 16],
+}
+
+impl Inflight {
+    /// Whether the entry holds a request in flight. Entries are kept after completion (marked
+    /// free: both timestamps 0) so the next request on the same `struct request` overwrites them
+    /// in place instead of inserting: request structs are preallocated per tag and reused.
+    pub const fn is_live(&self) -> bool {
+        self.enter_ns != 0 || self.dispatch_ns != 0
+    }
+}
+
+/// Slots of the per-device arrays (`DEVSTATE`, `LOG_RANGES`).
+pub const DEV_SLOTS: u32 = 1024;
+
+/// Slot of a disk in the per-device arrays: a multiplicative hash of [`mkdev`]. Array lookups
+/// with a computed index are a few ns where a hash map lookup is ~50 ns; two disks that share a
+/// slot are detected by the `dev` field in the value (the second one loses stall detection /
+/// log classification, and the daemon says so).
+pub const fn dev_slot(dev: u32) -> u32 {
+    (dev.wrapping_mul(2_654_435_761) >> 22) & (DEV_SLOTS - 1)
 }
 
 /// Key of `CLASS_STATS`.
@@ -179,6 +197,10 @@ pub struct Settings {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DevState {
+    /// The disk owning this slot ([`mkdev`]); 0 while unused.
+    pub dev: u32,
+    /// Always 0.
+    pub _pad: u32,
     /// Latest final completion on the device (ns).
     pub last_complete_ns: u64,
     /// Latest dispatch on the device (ns).
@@ -276,8 +298,8 @@ pub struct SectorRange {
 pub struct LogRanges {
     /// Valid entries in `ranges` (≤ [`LOG_RANGES_MAX`]).
     pub count: u32,
-    /// Always 0.
-    pub _pad: u32,
+    /// The disk these ranges belong to ([`mkdev`]), at slot [`dev_slot`]`(dev)` of `LOG_RANGES`.
+    pub dev: u32,
     /// The ranges; entries past `count` are ignored.
     pub ranges: [SectorRange; LOG_RANGES_MAX],
 }

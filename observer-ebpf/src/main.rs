@@ -32,7 +32,7 @@ use observer_common::{
         StageHist, StallEvent, EVENTS_BYTES, EVENT_SLOW, EVENT_STALL, INFLIGHT_DEFAULT_ENTRIES,
         STALL_DEVICE, STALL_DISPATCH,
     },
-    maps::{LogRanges, LOG_RANGES_ENTRIES},
+    maps::{dev_slot, LogRanges, DEV_SLOTS},
     Stage,
 };
 
@@ -53,7 +53,7 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT
 #[map]
 static SETTINGS: Array<Settings> = Array::with_max_entries(1, 0);
 #[map]
-static DEVSTATE: HashMap<u32, DevState> = HashMap::with_max_entries(4096, 0);
+static DEVSTATE: Array<DevState> = Array::with_max_entries(DEV_SLOTS, 0);
 /// Slow requests and stall episodes: the only per-event traffic to userspace, and only for
 /// requests over a threshold.
 #[map]
@@ -64,14 +64,14 @@ static ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
 
 /// Filesystem log ranges per disk, written by the daemon (observer/src/fslog.rs).
 #[map]
-static LOG_RANGES: HashMap<u32, LogRanges> = HashMap::with_max_entries(LOG_RANGES_ENTRIES, 0);
+static LOG_RANGES: Array<LogRanges> = Array::with_max_entries(DEV_SLOTS, 0);
 
 /// [`observer_common::class::LOG`] if the request starts inside a filesystem log range of its
-/// disk, else 0. One hash lookup.
+/// disk, else 0. One array lookup (inlined by the verifier).
 #[inline(always)]
 fn log_class(dev: u32, sector: u64) -> u16 {
-    match unsafe { LOG_RANGES.get(&dev) } {
-        Some(r) if r.contains(sector) => observer_common::class::LOG,
+    match LOG_RANGES.get(dev_slot(dev)) {
+        Some(r) if r.dev == dev && r.contains(sector) => observer_common::class::LOG,
         _ => 0,
     }
 }
@@ -172,25 +172,53 @@ fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayout) {
         comm: bpf_get_current_comm().unwrap_or_default(),
     };
     let e = Inflight { class: e.class | log_class(e.dev, e.sector), ..e };
-    match INFLIGHT.insert(&rq, &e, BPF_NOEXIST as u64) {
-        Ok(()) => {}
-        Err(-17) if replace => {
-            if let Some(old) = INFLIGHT.get_ptr(&rq) {
-                let (dev, class) = unsafe { ((*old).dev, (*old).class) };
-                if let Some(s) = stats(dev, class) {
-                    unsafe {
-                        (*s).requests += 1;
-                        (*s).lost += 1;
-                    }
+    match INFLIGHT.get_ptr_mut(&rq) {
+        Some(p) => {
+            let old = unsafe { &mut *p };
+            if old.is_live() {
+                if !replace {
+                    return;
                 }
+                // Still live: its completion never reached block_rq_complete here.
+                lost(old.dev, old.class);
             }
-            if INFLIGHT.insert(&rq, &e, BPF_ANY as u64).is_err() {
-                count(Counter::InflightFull);
-            }
+            *old = e;
         }
-        Err(-17) => {}
-        Err(_) => count(Counter::InflightFull),
+        None => match INFLIGHT.insert(&rq, &e, BPF_NOEXIST as u64) {
+            Ok(()) | Err(-17) => {}
+            Err(_) => count(Counter::InflightFull),
+        },
     }
+}
+
+/// A request that completed without its completion reaching us: counted, no latency.
+#[inline(always)]
+fn lost(dev: u32, class: u16) {
+    if let Some(s) = stats(dev, class) {
+        unsafe {
+            (*s).requests += 1;
+            (*s).lost += 1;
+        }
+    }
+}
+
+/// The live entry of a request, if any (free entries are kept for reuse, see [`Inflight::is_live`]).
+#[inline(always)]
+fn live(rq: u64) -> Option<&'static mut Inflight> {
+    let p = INFLIGHT.get_ptr_mut(&rq)?;
+    let e = unsafe { &mut *p };
+    if e.is_live() {
+        Some(e)
+    } else {
+        None
+    }
+}
+
+/// Marks an entry free (kept in the map for the next request on the same struct).
+#[inline(always)]
+fn free(e: &mut Inflight) {
+    e.enter_ns = 0;
+    e.dispatch_ns = 0;
 }
 
 /// block_io_start(rq): a bio became a request (block/blk-mq.c: blk_account_io_start).
@@ -214,8 +242,7 @@ fn on_insert(rq: u64) {
 fn on_issue(rq: u64) {
     let now = unsafe { bpf_ktime_get_ns() };
     let l = layout();
-    if let Some(e) = INFLIGHT.get_ptr_mut(&rq) {
-        let e = unsafe { &mut *e };
+    if let Some(e) = live(rq) {
         if e.dispatch_ns == 0 {
             e.dispatch_ns = now;
             dispatched(e.dev, e.class, e.enter_ns, now);
@@ -231,13 +258,8 @@ fn on_issue(rq: u64) {
         // completion we missed (typically the shared flush request). Count that request as
         // completed with its latency lost; never let the stale timestamps produce a latency.
         count(Counter::StaleEntries);
-        if let Some(s) = stats(e.dev, e.class) {
-            unsafe {
-                (*s).requests += 1;
-                (*s).lost += 1;
-            }
-        }
-        let _ = INFLIGHT.remove(&rq);
+        lost(e.dev, e.class);
+        free(e);
     }
     let flags: u32 = read(rq, l.rq_cmd_flags);
     if flags & l.op_mask == l.op_flush {
@@ -256,8 +278,13 @@ fn on_issue(rq: u64) {
             cgroup: 0,
             comm: [0; 16],
         };
-        if INFLIGHT.insert(&rq, &e, BPF_ANY as u64).is_err() {
-            count(Counter::InflightFull);
+        match INFLIGHT.get_ptr_mut(&rq) {
+            Some(p) => unsafe { *p = e },
+            None => {
+                if INFLIGHT.insert(&rq, &e, BPF_ANY as u64).is_err() {
+                    count(Counter::InflightFull);
+                }
+            }
         }
         dispatched(e.dev, e.class, 0, now);
     } else if l.enter_fallback != 0 {
@@ -266,14 +293,20 @@ fn on_issue(rq: u64) {
     }
 }
 
-/// The device's shared state, created on first use.
+/// The device's shared state in its slot, claimed on first use; None if another disk owns
+/// the slot (that disk then has no stall detection; the daemon reports the collision).
 #[inline(always)]
 fn devstate(dev: u32) -> Option<*mut DevState> {
-    if let Some(p) = DEVSTATE.get_ptr_mut(&dev) {
+    let p = DEVSTATE.get_ptr_mut(dev_slot(dev))?;
+    let owner = unsafe { (*p).dev };
+    if owner == dev {
         return Some(p);
     }
-    let _ = DEVSTATE.insert(&dev, &DevState::default(), BPF_NOEXIST as u64);
-    DEVSTATE.get_ptr_mut(&dev)
+    if owner == 0 {
+        unsafe { (*p).dev = dev };
+        return Some(p);
+    }
+    None
 }
 
 #[inline(always)]
@@ -324,8 +357,7 @@ fn bio_merges(rq: u64, l: &KernelLayout) -> u32 {
 /// block_rq_requeue(rq): sent back to be dispatched again.
 #[inline(always)]
 fn on_requeue(rq: u64) {
-    if let Some(e) = INFLIGHT.get_ptr_mut(&rq) {
-        let e = unsafe { &mut *e };
+    if let Some(e) = live(rq) {
         e.requeued = 1;
         e.requeues = e.requeues.saturating_add(1);
     }
@@ -334,14 +366,17 @@ fn on_requeue(rq: u64) {
 /// block_rq_merge(rq): `rq` is merged into another request and freed; it is not an I/O of its own.
 #[inline(always)]
 fn on_rq_merge(rq: u64) {
-    let (dev, class) = match INFLIGHT.get_ptr(&rq) {
-        Some(e) => unsafe { ((*e).dev, (*e).class) },
+    let (dev, class) = match live(rq) {
+        Some(e) => {
+            let dc = (e.dev, e.class);
+            free(e);
+            dc
+        }
         None => {
             let l = layout();
             (rq_dev(rq, &l), classify(read(rq, l.rq_cmd_flags), &l))
         }
     };
-    let _ = INFLIGHT.remove(&rq);
     if let Some(s) = stats(dev, class) {
         unsafe { (*s).merges += 1 };
     }
@@ -369,7 +404,7 @@ fn on_complete(rq: u64, error: u64, nr_bytes: u64) {
     // final unless more bytes remain, or it is inside a flush sequence (its data part completes
     // once with RQF_FLUSH_SEQ set, then again with 0 bytes when the post-flush is done).
     let data_final = rq_flags & l.rqf_flush_seq == 0 && nr_bytes >= data_len as u64;
-    let Some(ep) = INFLIGHT.get_ptr_mut(&rq) else {
+    let Some(e) = live(rq) else {
         let flags: u32 = read(rq, l.rq_cmd_flags);
         if data_final || flags & l.op_mask == l.op_flush {
             count(Counter::UntrackedCompletions);
@@ -379,13 +414,13 @@ fn on_complete(rq: u64, error: u64, nr_bytes: u64) {
         }
         return;
     };
-    let e = unsafe { &mut *ep };
     e.bytes += nr_bytes;
     if !(data_final || e.enter_ns == 0) {
         return;
     }
-    let e = *e;
-    let _ = INFLIGHT.remove(&rq);
+    let copy = *e;
+    free(e);
+    let e = copy;
     if error != 0 {
         error_seen(e.dev, e.class, error);
     }

@@ -34,8 +34,8 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use aya::maps::{HashMap, MapData};
-use observer_common::maps::{dev_major, dev_minor, mkdev, LogRanges, SectorRange, LOG_RANGES_MAX};
+use aya::maps::{Array, MapData};
+use observer_common::maps::{dev_major, dev_minor, dev_slot, mkdev, LogRanges, SectorRange, DEV_SLOTS, LOG_RANGES_MAX};
 use serde::Serialize;
 use tracing::{debug, info, warn};
 
@@ -860,20 +860,27 @@ impl FsLogState {
     }
 }
 
-/// Writes `want` into `LOG_RANGES`, deleting keys that are not in it.
-pub fn sync_map(map: &mut HashMap<MapData, u32, LogRanges>, want: &BTreeMap<u32, LogRanges>) {
-    let have: Vec<u32> = map.keys().flatten().collect();
-    for k in have {
-        if !want.contains_key(&k) {
-            if let Err(e) = map.remove(&k) {
-                warn!(disk = %format!("{}:{}", dev_major(k), dev_minor(k)), error = %e, "cannot delete LOG_RANGES entry");
-            }
+/// Writes `want` into the `LOG_RANGES` array (slot [`dev_slot`] of each disk) and clears the
+/// slots of disks that no longer have a log. Two disks with a log in the same slot: the first
+/// keeps it, the second is not classified (logged).
+pub fn sync_map(map: &mut Array<MapData, LogRanges>, want: &BTreeMap<u32, LogRanges>) {
+    let mut slots: BTreeMap<u32, LogRanges> = BTreeMap::new();
+    for (dev, v) in want {
+        let slot = dev_slot(*dev);
+        if let Some(other) = slots.get(&slot) {
+            warn!(disk = %format!("{}:{}", dev_major(*dev), dev_minor(*dev)), other = %format!("{}:{}", dev_major(other.dev), dev_minor(other.dev)),
+                  "two disks with a filesystem log share a LOG_RANGES slot: this disk's log writes are not classified");
+            continue;
         }
+        slots.insert(slot, LogRanges { dev: *dev, ..*v });
     }
-    for (k, v) in want {
-        if let Err(e) = map.insert(k, v, 0) {
-            warn!(disk = %format!("{}:{}", dev_major(*k), dev_minor(*k)), error = %e,
-                  "cannot write LOG_RANGES entry (map full?): that disk's log writes are not classified");
+    for slot in 0..DEV_SLOTS {
+        let want = slots.get(&slot).copied().unwrap_or_default();
+        let have = map.get(&slot, 0).unwrap_or_default();
+        if have != want {
+            if let Err(e) = map.set(slot, want, 0) {
+                warn!(slot, error = %e, "cannot write LOG_RANGES: log writes on that disk are not classified");
+            }
         }
     }
 }

@@ -204,7 +204,7 @@ fn spawn_background(state: Arc<server::AppState>) -> anyhow::Result<()> {
             let _ = tokio::task::spawn_blocking(move || {
                 {
                     let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
-                    reaper::reap(&mut map, &st.reaped);
+                    reaper::reap(&mut map, st.maps.inflight_capacity, &st.reaped);
                 }
                 let filter = st.runtime.read().expect("runtime lock").filter.clone();
                 let now = reaper::monotonic_ns();

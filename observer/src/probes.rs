@@ -58,11 +58,11 @@ pub struct Maps {
     /// `SETTINGS`: thresholds, writable at runtime.
     pub settings: std::sync::Mutex<Array<MapData, Settings>>,
     /// `DEVSTATE`: per-device last completion / dispatch.
-    pub devstate: HashMap<MapData, u32, DevState>,
+    pub devstate: Array<MapData, DevState>,
     /// `EVENTS` ring buffer, taken by the event reader at startup.
     pub events: std::sync::Mutex<Option<RingBuf<MapData>>>,
     /// `LOG_RANGES`: disk → filesystem log ranges; written only by [`crate::fslog`].
-    pub log_ranges: std::sync::Mutex<HashMap<MapData, u32, LogRanges>>,
+    pub log_ranges: std::sync::Mutex<Array<MapData, LogRanges>>,
     /// Capacity of `INFLIGHT` (entries).
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
@@ -70,6 +70,11 @@ pub struct Maps {
 }
 
 impl Maps {
+    /// The device's state from its `DEVSTATE` slot, if the slot is this device's.
+    pub fn devstate_of(&self, dev: u32) -> Option<DevState> {
+        self.devstate.get(&m::dev_slot(dev), 0).ok().filter(|d| d.dev == dev)
+    }
+
     /// Writes new thresholds for the programs (takes effect at the next event).
     pub fn set_settings(&self, s: Settings) -> Result<(), aya::maps::MapError> {
         self.settings.lock().expect("settings lock").set(0, s, 0)
@@ -240,10 +245,10 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) 
         errors: PerCpuHashMap::try_from(take(&mut ebpf, m::ERRORS)?).map_err(conv(m::ERRORS))?,
         counters: PerCpuArray::try_from(take(&mut ebpf, m::COUNTERS)?).map_err(conv(m::COUNTERS))?,
         settings: std::sync::Mutex::new(Array::try_from(take(&mut ebpf, m::SETTINGS)?).map_err(conv(m::SETTINGS))?),
-        devstate: HashMap::try_from(take(&mut ebpf, m::DEVSTATE)?).map_err(conv(m::DEVSTATE))?,
+        devstate: Array::try_from(take(&mut ebpf, m::DEVSTATE)?).map_err(conv(m::DEVSTATE))?,
         events: std::sync::Mutex::new(Some(RingBuf::try_from(take(&mut ebpf, m::EVENTS)?).map_err(conv(m::EVENTS))?)),
         log_ranges: std::sync::Mutex::new(
-            HashMap::try_from(take(&mut ebpf, m::LOG_RANGES)?).map_err(conv(m::LOG_RANGES))?,
+            Array::try_from(take(&mut ebpf, m::LOG_RANGES)?).map_err(conv(m::LOG_RANGES))?,
         ),
         inflight_capacity: inflight_entries,
         class_stats_capacity: stats_entries,

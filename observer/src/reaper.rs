@@ -37,13 +37,31 @@ fn kernel_inflight(dev: u32) -> Option<u64> {
 }
 
 /// One pass: retires candidates on devices where the kernel has nothing in flight.
-pub fn reap(inflight: &mut HashMap<MapData, u64, Inflight>, reaped: &Reaped) -> usize {
+///
+/// Also deletes free entries (kept by the programs for reuse) when the map is more than half
+/// full, so request structs of devices that went away cannot fill it.
+pub fn reap(inflight: &mut HashMap<MapData, u64, Inflight>, capacity: u32, reaped: &Reaped) -> usize {
     let now = monotonic_ns();
     let mut candidates: BTreeMap<u32, Vec<(u64, Inflight)>> = BTreeMap::new();
+    let mut free = Vec::new();
+    let mut total = 0u32;
     for (rq, e) in inflight.iter().flatten() {
+        total += 1;
+        if !e.is_live() {
+            free.push(rq);
+            continue;
+        }
         let dispatched = e.dispatch_ns != 0 && e.requeued == 0 && e.enter_ns != 0;
         if dispatched && now.saturating_sub(e.dispatch_ns) > MIN_AGE_NS {
             candidates.entry(e.dev).or_default().push((rq, e));
+        }
+    }
+    if total > capacity / 2 {
+        for rq in free {
+            // Only if still free: the programs may have reused it meanwhile.
+            if inflight.get(&rq, 0).is_ok_and(|e| !e.is_live()) {
+                let _ = inflight.remove(&rq);
+            }
         }
     }
     let mut n = 0;

@@ -113,7 +113,7 @@ pub struct Snapshot {
     pub errors: BTreeMap<(String, Class, u8), u64>,
     /// Self-monitoring.
     pub counters: SelfCounters,
-    /// Entries in INFLIGHT / its capacity.
+    /// Entries in INFLIGHT (live and free-for-reuse) / its capacity.
     pub inflight_entries: (u64, u32),
     /// Entries in CLASS_STATS / its capacity.
     pub class_stats_entries: (u64, u32),
@@ -152,7 +152,11 @@ impl Snapshot {
         let mut n_inflight = 0;
         let now = crate::reaper::monotonic_ns();
         for (_, e) in maps.inflight.iter().flatten() {
+            // Map fill counts the free entries kept for reuse too.
             n_inflight += 1;
+            if !e.is_live() {
+                continue;
+            }
             let Some(dev) = name_of(e.dev) else { continue };
             let c = s.inflight.entry(dev).or_default();
             if e.dispatch_ns == 0 || e.requeued != 0 {
