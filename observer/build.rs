@@ -92,6 +92,10 @@ fn main() -> Result<()> {
     let obj = target_dir.join(TARGET).join("release/observer");
     std::fs::copy(&obj, out_dir.join("observer.bpf.o"))
         .with_context(|| format!("copying {}", obj.display()))?;
+    // Empty programs on the same tracepoints, for `cargo xtask bench` (src/bin/observer-floor.rs).
+    let floor = target_dir.join(TARGET).join("release/floor");
+    std::fs::copy(&floor, out_dir.join("floor.bpf.o"))
+        .with_context(|| format!("copying {}", floor.display()))?;
     Ok(())
 }
 
