@@ -512,8 +512,8 @@ fn total_completions() -> Result<u64> {
     Ok(disk_completions()?.values().sum())
 }
 
-/// (CPU seconds, peak RSS KiB) of a process.
-fn proc_usage(pid: u32) -> Result<(f64, u64)> {
+/// (CPU seconds, peak RSS KiB, current RSS KiB) of a process.
+fn proc_usage(pid: u32) -> Result<(f64, u64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let rest = stat.rsplit_once(')').context("/proc/pid/stat")?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -521,12 +521,10 @@ fn proc_usage(pid: u32) -> Result<(f64, u64)> {
     let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let hwm = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    Ok((ticks as f64 / hz, hwm))
+    let kib = |key: &str| -> u64 {
+        status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+    };
+    Ok((ticks as f64 / hz, kib("VmHWM:"), kib("VmRSS:")))
 }
 
 /// The observer's self-monitoring counters and per-device completed requests.
@@ -635,6 +633,8 @@ struct Results {
     obs_cpu_s: f64,
     obs_requests: u64,
     obs_peak_rss_kib: u64,
+    /// Largest VmRSS seen at the end of a run (steady state, after startup).
+    obs_rss_kib: u64,
     /// Observer counters summed over all its runs, and requests it recorded vs the disk's count.
     obs_events: ObsCounters,
     obs_recorded: f64,
@@ -745,6 +745,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
                 res.obs_cpu_s += after.cpu_s - before.cpu_s;
                 res.obs_requests += after.disk_total - before.disk_total;
                 res.obs_peak_rss_kib = res.obs_peak_rss_kib.max(after.rss_kib);
+                res.obs_rss_kib = res.obs_rss_kib.max(after.rss_now_kib);
                 let d = after.counters.delta(&before.counters);
                 add_events(&mut res.obs_events, &d);
                 for t in &targets {
@@ -807,6 +808,7 @@ fn add_events(into: &mut ObsCounters, d: &ObsCounters) {
 struct ObsSample {
     cpu_s: f64,
     rss_kib: u64,
+    rss_now_kib: u64,
     counters: ObsCounters,
     disks: BTreeMap<String, u64>,
     disk_total: u64,
@@ -816,8 +818,8 @@ fn observer_sample(r: &Running) -> Result<ObsSample> {
     let pid = r.pid().context("observer pid")?;
     let disks = disk_completions()?;
     let counters = ObsCounters::parse(&http_get(r.port, "/metrics")?);
-    let (cpu_s, rss_kib) = proc_usage(pid)?;
-    Ok(ObsSample { cpu_s, rss_kib, counters, disk_total: disks.values().sum(), disks })
+    let (cpu_s, rss_kib, rss_now_kib) = proc_usage(pid)?;
+    Ok(ObsSample { cpu_s, rss_kib, rss_now_kib, counters, disk_total: disks.values().sum(), disks })
 }
 
 fn scrape_phase(env: &Env, dir: &Path, res: &mut Results) -> Result<()> {
@@ -857,6 +859,7 @@ fn scrape_phase(env: &Env, dir: &Path, res: &mut Results) -> Result<()> {
     load.stop();
     let after = observer_sample(&running)?;
     res.obs_peak_rss_kib = res.obs_peak_rss_kib.max(after.rss_kib);
+    res.obs_rss_kib = res.obs_rss_kib.max(after.rss_now_kib);
     res.scrape_events = after.counters.delta(&before.counters);
     res.scrape_series = last.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).count();
     let names: Vec<&str> = loops.iter().map(|l| l.name()).collect();
@@ -976,6 +979,14 @@ fn render(env: &Env, configs: &[Config], targets: &[Target], res: &Results) -> S
         let _ = writeln!(o, "| {} | {} | **total** | | | **{:.0}** |", c.name(), w.fio(), total);
         totals.insert((*c, *w), total);
     }
+    if totals.keys().any(|(c, _)| *c == Config::Floor) {
+        let _ = writeln!(o, "\nAbove the floor (total minus the empty programs' total, same workload: the work the programs do):\n");
+        for ((c, w), t) in &totals {
+            if let (false, Some(f)) = (*c == Config::Floor, totals.get(&(Config::Floor, *w))) {
+                let _ = writeln!(o, "- {} {}: {:.0} ns per request", c.name(), w.fio(), t - f);
+            }
+        }
+    }
 
     let _ = writeln!(o, "\n### Observer daemon (default configuration, /metrics scraped every 5 s during runs)\n");
     let cpu_per_m = if res.obs_requests > 0 { res.obs_cpu_s / (res.obs_requests as f64 / 1e6) } else { f64::NAN };
@@ -985,7 +996,8 @@ fn render(env: &Env, configs: &[Config], targets: &[Target], res: &Results) -> S
     let s = &res.scrape_events;
     let _ = writeln!(o, "| measure | value |");
     let _ = writeln!(o, "|---|---:|");
-    let _ = writeln!(o, "| peak RSS (VmHWM, max over runs) | {:.1} MiB |", res.obs_peak_rss_kib as f64 / 1024.0);
+    let _ = writeln!(o, "| peak RSS (VmHWM, max over runs, includes startup) | {:.1} MiB |", res.obs_peak_rss_kib as f64 / 1024.0);
+    let _ = writeln!(o, "| RSS at the end of a run (VmRSS, max over runs) | {:.1} MiB |", res.obs_rss_kib as f64 / 1024.0);
     let _ = writeln!(o, "| CPU seconds per million requests | {:.4} s ({:.3} s over {:.1} M requests) |", cpu_per_m, res.obs_cpu_s, res.obs_requests as f64 / 1e6);
     let _ = writeln!(o, "| ⇒ share of one core at 100k IOPS | {:.3} % |", cpu_per_m * 0.1 * 100.0);
     let _ = writeln!(o, "| /metrics scrape, {} loop devices busy: median / max of {} | {:.2} ms / {:.2} ms ({} series, {} of {} devices exported) |",
