@@ -945,7 +945,8 @@ fn render(env: &Env, configs: &[Config], targets: &[Target], res: &Results) -> S
     let cmdline: Vec<String> = std::env::args().skip(1).collect();
     let _ = writeln!(o, "## blkobs bench: {} round(s) × {} s per run{}\n", a.rounds, a.runtime, if a.smoke { " (SMOKE: numbers mean nothing)" } else { "" });
     let _ = writeln!(o, "command: `cargo xtask {}`  ", cmdline.join(" "));
-    let _ = writeln!(o, "fio: 4k, io_uring, iodepth 32, direct, 1 job, ramp {} s; kernel {}; {} CPUs\n", env.ramp, uname_r(), num_cpus());
+    let _ = writeln!(o, "fio: 4k, io_uring, iodepth 32, direct, 1 job, ramp {} s; kernel {}; {} CPUs ({}); loop scheduler: {}\n",
+        env.ramp, uname_r(), num_cpus(), cpu_model(), targets.first().map(|t| scheduler(t.name())).unwrap_or_default());
 
     let _ = writeln!(o, "### IOPS\n");
     let _ = writeln!(o, "| device | workload | configuration | median IOPS | min | max | ratio to untraced (median) |");
@@ -1045,6 +1046,13 @@ fn render(env: &Env, configs: &[Config], targets: &[Target], res: &Results) -> S
 
 fn uname_r() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("model name")).map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .unwrap_or_default()
 }
 
 fn num_cpus() -> usize {
