@@ -63,6 +63,15 @@ pub struct BenchArgs {
     /// Short CI version: 1 round, 2 s runs, 2 scrape devices. Exercises everything, proves nothing.
     #[arg(long)]
     pub smoke: bool,
+    /// Also measure the building blocks of the observer's programs (probe reads vs direct loads,
+    /// hash insert/lookup/delete, per-CPU lookup, histograms) with `observer-floor --costs`.
+    #[arg(long)]
+    pub costs: bool,
+    /// I/O scheduler for the loop devices. A reused loop device keeps whatever an earlier user
+    /// set, so it is always set; mq-deadline is the kernel's default for loop devices (and what the
+    /// issue's biolatency numbers were taken with: its insert program runs once per request).
+    #[arg(long, default_value = "mq-deadline")]
+    pub scheduler: String,
     /// Skip `cargo build --release -p observer` (use the binaries in target/release).
     #[arg(long)]
     pub no_build: bool,
@@ -120,7 +129,7 @@ struct LoopDev {
 }
 
 impl LoopDev {
-    fn create(file: &Path, size_mib: u64) -> Result<Self> {
+    fn create(file: &Path, size_mib: u64, scheduler: &str) -> Result<Self> {
         let f = std::fs::File::create(file).with_context(|| format!("creating {}", file.display()))?;
         f.set_len(size_mib << 20)?;
         drop(f);
@@ -128,7 +137,10 @@ impl LoopDev {
         ensure!(out.status.success(), "losetup --find --show {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
         let dev = String::from_utf8(out.stdout)?.trim().to_string();
         ensure!(dev.starts_with("/dev/loop"), "losetup printed {dev:?}");
-        Ok(Self { dev })
+        let me = Self { dev };
+        let sched = format!("/sys/block/{}/queue/scheduler", me.name());
+        std::fs::write(&sched, scheduler).with_context(|| format!("setting {sched} to {scheduler}"))?;
+        Ok(me)
     }
 
     fn name(&self) -> &str {
@@ -627,8 +639,9 @@ fn fio(env: &Env, target: &str, w: Workload, runtime: u32, tag: &str) -> Result<
 struct Results {
     /// (target, workload, config) → IOPS per round.
     iops: BTreeMap<(String, Workload, Config), Vec<f64>>,
-    /// (config, workload) → program name → (run_time_ns, run_cnt) deltas; and requests.
-    stats: BTreeMap<(Config, Workload), (BTreeMap<String, (u64, u64)>, u64)>,
+    /// (config, workload) → per stats round: program name → (run_time_ns, run_cnt) deltas, and
+    /// requests completed on all disks meanwhile.
+    stats: BTreeMap<(Config, Workload), Vec<(BTreeMap<String, (u64, u64)>, u64)>>,
     /// Observer daemon: CPU seconds and requests during fio runs; peak RSS KiB.
     obs_cpu_s: f64,
     obs_requests: u64,
@@ -644,6 +657,8 @@ struct Results {
     scrape_series: usize,
     scrape_devices: usize,
     scrape_events: ObsCounters,
+    /// Building blocks: program → (run_time_ns, run_cnt), and requests, per run of the costs pass.
+    costs: Vec<(BTreeMap<String, (u64, u64)>, u64)>,
     /// Runs during which someone else's tracing programs were loaded, with their names.
     foreign: Vec<String>,
     runs: u32,
@@ -688,7 +703,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     // Setup: devices. Drop order is reverse of declaration: loops go before their files.
     let shm = ShmDir(PathBuf::from(format!("/dev/shm/blkobs-bench-{}", std::process::id())));
     std::fs::create_dir_all(&shm.0)?;
-    let main_loop = LoopDev::create(&shm.0.join("main.img"), if args.smoke { 256 } else { 1024 })?;
+    let main_loop = LoopDev::create(&shm.0.join("main.img"), if args.smoke { 256 } else { 1024 }, &args.scheduler)?;
     let mut targets = vec![Target { dev: main_loop.dev.clone(), writes: true }];
     if let Some(d) = &args.device {
         check_user_device(d)?;
@@ -703,6 +718,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     ]))?;
 
     let mut res = Results::default();
+    let dev_names: Vec<String> = targets.iter().map(|t| t.name().to_string()).collect();
     let workloads_of = |t: &Target, round: u32| -> Vec<Workload> {
         let mut w = vec![Workload::RandRead];
         if t.writes {
@@ -722,7 +738,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         for &config in &order {
             let tag = format!("r{round}-{}", config.name());
             let mut running = Running::start(&env, config, &tag)?;
-            let obs_before = if config == Config::Observer { Some(observer_sample(&running)?) } else { None };
+            let obs_before = if config == Config::Observer { Some(observer_sample(&running, &dev_names)?) } else { None };
             let mut foreign = foreign_tracing_progs(&running.progs)?;
             for t in &targets {
                 for w in workloads_of(t, round) {
@@ -741,7 +757,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
                 res.foreign.push(format!("round {} {}: {}", round + 1, config.name(), foreign.join(" ")));
             }
             if let Some(before) = obs_before {
-                let after = observer_sample(&running)?;
+                let after = observer_sample(&running, &dev_names)?;
                 res.obs_cpu_s += after.cpu_s - before.cpu_s;
                 res.obs_requests += after.disk_total - before.disk_total;
                 res.obs_peak_rss_kib = res.obs_peak_rss_kib.max(after.rss_kib);
@@ -762,25 +778,67 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         let _stats = BpfStats::enable()?;
         let traced: Vec<Config> = configs.iter().copied().filter(|c| *c != Config::Untraced).collect();
         eprintln!("[bench] bpf_stats pass (kernel.bpf_stats_enabled=1 until it ends)");
-        for (i, &config) in traced.iter().enumerate() {
-            let tag = format!("stats-{}", config.name());
-            let running = Running::start(&env, config, &tag)?;
-            let t = &targets[0];
-            for w in workloads_of(t, i as u32) {
-                let before = bpf_progs()?;
-                let c0 = total_completions()?;
-                fio(&env, &t.dev, w, args.runtime, &format!("{tag}-{}", w.fio()))?;
-                let c1 = total_completions()?;
-                let after = bpf_progs()?;
-                let mut per = BTreeMap::new();
-                for id in &running.progs {
-                    let (Some(b), Some(a)) = (before.get(id), after.get(id)) else { continue };
-                    let e = per.entry(a.0.clone()).or_insert((0, 0));
-                    e.0 += a.1 - b.1;
-                    e.1 += a.2 - b.2;
-                }
-                res.stats.insert((config, w), (per, c1 - c0));
+        let stats_rounds = args.rounds.min(3);
+        for round in 0..stats_rounds {
+            let mut order = traced.clone();
+            if !order.is_empty() {
+                let n = order.len();
+                order.rotate_left(round as usize % n);
             }
+            for &config in &order {
+                let tag = format!("stats{round}-{}", config.name());
+                let running = Running::start(&env, config, &tag)?;
+                let t = &targets[0];
+                for w in workloads_of(t, round) {
+                    let before = bpf_progs()?;
+                    let c0 = total_completions()?;
+                    fio(&env, &t.dev, w, args.runtime, &format!("{tag}-{}", w.fio()))?;
+                    let c1 = total_completions()?;
+                    let after = bpf_progs()?;
+                    let mut per = BTreeMap::new();
+                    for id in &running.progs {
+                        let (Some(b), Some(a)) = (before.get(id), after.get(id)) else { continue };
+                        let e = per.entry(a.0.clone()).or_insert((0, 0));
+                        e.0 += a.1 - b.1;
+                        e.1 += a.2 - b.2;
+                    }
+                    let total: u64 = per.values().map(|v| v.0).sum();
+                    eprintln!("[bench]   {:<10} {:<9} {:>5.0} ns/request (bpf_stats)", config.name(), w.fio(), total as f64 / (c1 - c0).max(1) as f64);
+                    res.stats.entry((config, w)).or_default().push((per, c1 - c0));
+                }
+            }
+        }
+    }
+
+    if args.costs {
+        let _stats = BpfStats::enable()?;
+        eprintln!("[bench] costs pass (observer-floor --costs, kernel.bpf_stats_enabled=1)");
+        for i in 0..args.rounds.min(3) {
+            let mut p = Proc::spawn(
+                "observer-floor --costs",
+                Command::new(root.join("target/release/observer-floor"))
+                    .arg("--costs")
+                    .stdout(Stdio::piped())
+                    .stderr(std::fs::File::create(env.logs.join("costs.log"))?),
+                libc::SIGTERM,
+            )?;
+            let mut line = String::new();
+            BufReader::new(p.child.stdout.take().context("stdout")?).read_line(&mut line)?;
+            ensure!(line.starts_with("ready"), "observer-floor --costs failed (see {}): {line:?}", env.logs.join("costs.log").display());
+            let ids = progs_of(p.pid())?;
+            sleep(Duration::from_millis(500))?;
+            let before = bpf_progs()?;
+            let c0 = total_completions()?;
+            fio(&env, &targets[0].dev, Workload::RandRead, args.runtime, &format!("costs-{i}"))?;
+            let c1 = total_completions()?;
+            let after = bpf_progs()?;
+            p.ensure_running()?;
+            let mut per = BTreeMap::new();
+            for id in &ids {
+                let (Some(b), Some(a)) = (before.get(id), after.get(id)) else { continue };
+                per.insert(a.0.clone(), (a.1 - b.1, a.2 - b.2));
+            }
+            res.costs.push((per, c1 - c0));
         }
     }
 
@@ -814,7 +872,28 @@ struct ObsSample {
     disk_total: u64,
 }
 
-fn observer_sample(r: &Running) -> Result<ObsSample> {
+/// Waits until no request completes on the bench devices for 200 ms (udev probes a device after
+/// a writer closes it), so that counters read around a run see the same requests.
+fn settle(devs: &[String]) -> Result<()> {
+    let end = Instant::now() + Duration::from_secs(5);
+    let snap = || -> Result<Vec<u64>> {
+        let d = disk_completions()?;
+        Ok(devs.iter().map(|n| d.get(n).copied().unwrap_or(0)).collect())
+    };
+    let mut last = snap()?;
+    while Instant::now() < end {
+        sleep(Duration::from_millis(200))?;
+        let now = snap()?;
+        if now == last {
+            return Ok(());
+        }
+        last = now;
+    }
+    Ok(())
+}
+
+fn observer_sample(r: &Running, devs: &[String]) -> Result<ObsSample> {
+    settle(devs)?;
     let pid = r.pid().context("observer pid")?;
     let disks = disk_completions()?;
     let counters = ObsCounters::parse(&http_get(r.port, "/metrics")?);
@@ -827,10 +906,11 @@ fn scrape_phase(env: &Env, dir: &Path, res: &mut Results) -> Result<()> {
     eprintln!("[bench] scrape phase: {n} loop devices busy");
     let mut loops = Vec::new();
     for i in 0..n {
-        loops.push(LoopDev::create(&dir.join(format!("scrape{i}.img")), 64)?);
+        loops.push(LoopDev::create(&dir.join(format!("scrape{i}.img")), 64, &env.args.scheduler)?);
     }
     let running = Running::start(env, Config::Observer, "scrape")?;
-    let before = observer_sample(&running)?;
+    let names: Vec<String> = loops.iter().map(|l| l.name().to_string()).collect();
+    let before = observer_sample(&running, &names)?;
     let secs = if env.args.smoke { 3 } else { 10 };
     // One fio job per device, mixed read/write with some sync writes, so every device has several
     // (op, flags) classes; low depth: 32 jobs share 2 cores.
@@ -857,12 +937,11 @@ fn scrape_phase(env: &Env, dir: &Path, res: &mut Results) -> Result<()> {
     }
     load.ensure_running()?;
     load.stop();
-    let after = observer_sample(&running)?;
+    let after = observer_sample(&running, &names)?;
     res.obs_peak_rss_kib = res.obs_peak_rss_kib.max(after.rss_kib);
     res.obs_rss_kib = res.obs_rss_kib.max(after.rss_now_kib);
     res.scrape_events = after.counters.delta(&before.counters);
     res.scrape_series = last.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).count();
-    let names: Vec<&str> = loops.iter().map(|l| l.name()).collect();
     res.scrape_devices = names.iter().filter(|n| last.contains(&format!("device=\"{n}\""))).count();
     Ok(())
 }
@@ -964,20 +1043,27 @@ fn render(env: &Env, configs: &[Config], targets: &[Target], res: &Results) -> S
         }
     }
 
-    let _ = writeln!(o, "\n### eBPF cost (kernel.bpf_stats, separate pass on {}, one run per workload)\n", targets[0].name());
+    let _ = writeln!(o, "\n### eBPF cost (kernel.bpf_stats, separate pass on {}, {} run(s) per configuration and workload, medians)\n", targets[0].name(), a.rounds.min(3));
     let _ = writeln!(o, "| configuration | workload | program | runs per request | ns per run | ns per request |");
     let _ = writeln!(o, "|---|---|---|---:|---:|---:|");
     let mut totals: BTreeMap<(Config, Workload), f64> = BTreeMap::new();
-    for ((c, w), (per, reqs)) in &res.stats {
-        let reqs = (*reqs).max(1) as f64;
-        let mut total = 0.0;
-        for (name, (ns, cnt)) in per {
-            let per_run = if *cnt > 0 { *ns as f64 / *cnt as f64 } else { 0.0 };
-            let per_req = *ns as f64 / reqs;
-            total += per_req;
-            let _ = writeln!(o, "| {} | {} | {} | {:.2} | {:.0} | {:.0} |", c.name(), w.fio(), name, *cnt as f64 / reqs, per_run, per_req);
+    for ((c, w), rounds) in &res.stats {
+        let mut names: Vec<&String> = rounds.iter().flat_map(|(p, _)| p.keys()).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let col = |f: &dyn Fn(u64, u64, f64) -> f64| -> f64 {
+                median(&rounds.iter().filter_map(|(p, r)| p.get(name).map(|(ns, cnt)| f(*ns, *cnt, (*r).max(1) as f64))).collect::<Vec<_>>())
+            };
+            let runs = col(&|_, cnt, r| cnt as f64 / r);
+            let per_run = col(&|ns, cnt, _| if cnt > 0 { ns as f64 / cnt as f64 } else { 0.0 });
+            let per_req = col(&|ns, _, r| ns as f64 / r);
+            let _ = writeln!(o, "| {} | {} | {} | {:.2} | {:.0} | {:.0} |", c.name(), w.fio(), name, runs, per_run, per_req);
         }
-        let _ = writeln!(o, "| {} | {} | **total** | | | **{:.0}** |", c.name(), w.fio(), total);
+        let per_round: Vec<f64> = rounds.iter().map(|(p, r)| p.values().map(|v| v.0).sum::<u64>() as f64 / (*r).max(1) as f64).collect();
+        let total = median(&per_round);
+        let (mn, mx) = minmax(&per_round);
+        let _ = writeln!(o, "| {} | {} | **total** (median; min–max of {} runs: {:.0}–{:.0}) | | | **{:.0}** |", c.name(), w.fio(), per_round.len(), mn, mx, total);
         totals.insert((*c, *w), total);
     }
     if totals.keys().any(|(c, _)| *c == Config::Floor) {
@@ -989,24 +1075,44 @@ fn render(env: &Env, configs: &[Config], targets: &[Target], res: &Results) -> S
         }
     }
 
-    let _ = writeln!(o, "\n### Observer daemon (default configuration, /metrics scraped every 5 s during runs)\n");
+    if !res.costs.is_empty() {
+        let _ = writeln!(o, "\n### Building blocks (observer-floor --costs on block_rq_issue, randread, {} run(s); median ns per run)\n", res.costs.len());
+        let _ = writeln!(o, "| block | ns per run | minus empty program (the cheaper of c00/c12) | runs per request |");
+        let _ = writeln!(o, "|---|---:|---:|---:|");
+        let mut names: Vec<&String> = res.costs.iter().flat_map(|(p, _)| p.keys()).collect();
+        names.sort();
+        names.dedup();
+        let per_run = |name: &str| -> f64 {
+            median(&res.costs.iter().filter_map(|(p, _)| p.get(name)).filter(|(_, c)| *c > 0).map(|(ns, c)| *ns as f64 / *c as f64).collect::<Vec<_>>())
+        };
+        let empty = per_run("c00_empty").min(per_run("c12_empty_last"));
+        for n in names {
+            let runs: f64 = median(&res.costs.iter().filter_map(|(p, r)| p.get(n).map(|(_, c)| *c as f64 / (*r).max(1) as f64)).collect::<Vec<_>>());
+            let v = per_run(n);
+            let _ = writeln!(o, "| {n} | {v:.0} | {:.0} | {runs:.2} |", v - empty);
+        }
+    }
+
     let cpu_per_m = if res.obs_requests > 0 { res.obs_cpu_s / (res.obs_requests as f64 / 1e6) } else { f64::NAN };
     let scrape_med = median(&res.scrape_ms);
     let (_, scrape_max) = minmax(&res.scrape_ms);
     let e = &res.obs_events;
     let s = &res.scrape_events;
-    let _ = writeln!(o, "| measure | value |");
-    let _ = writeln!(o, "|---|---:|");
-    let _ = writeln!(o, "| peak RSS (VmHWM, max over runs, includes startup) | {:.1} MiB |", res.obs_peak_rss_kib as f64 / 1024.0);
-    let _ = writeln!(o, "| RSS at the end of a run (VmRSS, max over runs) | {:.1} MiB |", res.obs_rss_kib as f64 / 1024.0);
-    let _ = writeln!(o, "| CPU seconds per million requests | {:.4} s ({:.3} s over {:.1} M requests) |", cpu_per_m, res.obs_cpu_s, res.obs_requests as f64 / 1e6);
-    let _ = writeln!(o, "| ⇒ share of one core at 100k IOPS | {:.3} % |", cpu_per_m * 0.1 * 100.0);
-    let _ = writeln!(o, "| /metrics scrape, {} loop devices busy: median / max of {} | {:.2} ms / {:.2} ms ({} series, {} of {} devices exported) |",
-        a.scrape_devices, res.scrape_ms.len(), scrape_med, scrape_max, res.scrape_series, res.scrape_devices, a.scrape_devices);
-    let _ = writeln!(o, "| untracked completions (IOPS runs / scrape phase) | {} / {} |", e.untracked, s.untracked);
-    let _ = writeln!(o, "| dropped requests, map full (IOPS runs / scrape phase) | {} / {} |", e.dropped, s.dropped);
-    let _ = writeln!(o, "| stale entries, clock anomalies (IOPS runs) | {} , {} |", e.stale, e.clock);
-    let _ = writeln!(o, "| requests recorded / completed on the bench device(s) | {:.0} / {} |", res.obs_recorded, res.obs_disk_completions);
+    if configs.contains(&Config::Observer) {
+        let _ = writeln!(o, "\n### Observer daemon (default configuration, /metrics scraped every 5 s during runs)\n");
+        let _ = writeln!(o, "| measure | value |");
+        let _ = writeln!(o, "|---|---:|");
+        let _ = writeln!(o, "| peak RSS (VmHWM, max over runs, includes startup) | {:.1} MiB |", res.obs_peak_rss_kib as f64 / 1024.0);
+        let _ = writeln!(o, "| RSS at the end of a run (VmRSS, max over runs) | {:.1} MiB |", res.obs_rss_kib as f64 / 1024.0);
+        let _ = writeln!(o, "| CPU seconds per million requests | {:.4} s ({:.3} s over {:.1} M requests) |", cpu_per_m, res.obs_cpu_s, res.obs_requests as f64 / 1e6);
+        let _ = writeln!(o, "| ⇒ share of one core at 100k IOPS | {:.3} % |", cpu_per_m * 0.1 * 100.0);
+        let _ = writeln!(o, "| /metrics scrape, {} loop devices busy: median / max of {} | {:.2} ms / {:.2} ms ({} series, {} of {} devices exported) |",
+            a.scrape_devices, res.scrape_ms.len(), scrape_med, scrape_max, res.scrape_series, res.scrape_devices, a.scrape_devices);
+        let _ = writeln!(o, "| untracked completions (IOPS runs / scrape phase) | {} / {} |", e.untracked, s.untracked);
+        let _ = writeln!(o, "| dropped requests, map full (IOPS runs / scrape phase) | {} / {} |", e.dropped, s.dropped);
+        let _ = writeln!(o, "| stale entries, clock anomalies (IOPS runs) | {} , {} |", e.stale, e.clock);
+        let _ = writeln!(o, "| requests recorded / completed on the bench device(s) | {:.0} / {} |", res.obs_recorded, res.obs_disk_completions);
+    }
 
     if !res.foreign.is_empty() {
         let _ = writeln!(o, "\nWARNING: other tracing programs were loaded during {} configuration runs (of {} fio runs); they slow every configuration:", res.foreign.len(), res.runs);
