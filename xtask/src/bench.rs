@@ -635,13 +635,16 @@ fn fio(env: &Env, target: &str, w: Workload, runtime: u32, tag: &str) -> Result<
 // ------------------------------------------------------------------------------------------
 // The run.
 
+/// One measured run: program name → (run_time_ns, run_cnt) deltas, and requests completed.
+type StatsRun = (BTreeMap<String, (u64, u64)>, u64);
+
 #[derive(Default)]
 struct Results {
     /// (target, workload, config) → IOPS per round.
     iops: BTreeMap<(String, Workload, Config), Vec<f64>>,
     /// (config, workload) → per stats round: program name → (run_time_ns, run_cnt) deltas, and
     /// requests completed on all disks meanwhile.
-    stats: BTreeMap<(Config, Workload), Vec<(BTreeMap<String, (u64, u64)>, u64)>>,
+    stats: BTreeMap<(Config, Workload), Vec<StatsRun>>,
     /// Observer daemon: CPU seconds and requests during fio runs; peak RSS KiB.
     obs_cpu_s: f64,
     obs_requests: u64,
@@ -658,7 +661,7 @@ struct Results {
     scrape_devices: usize,
     scrape_events: ObsCounters,
     /// Building blocks: program → (run_time_ns, run_cnt), and requests, per run of the costs pass.
-    costs: Vec<(BTreeMap<String, (u64, u64)>, u64)>,
+    costs: Vec<StatsRun>,
     /// Runs during which someone else's tracing programs were loaded, with their names.
     foreign: Vec<String>,
     runs: u32,
