@@ -457,8 +457,8 @@ fn http_get(port: u16, path: &str) -> Result<String> {
     Ok(body.to_string())
 }
 
-/// `bpftool prog show -j`, as id → (name, run_time_ns, run_cnt).
-fn bpf_progs() -> Result<HashMap<u32, (String, u64, u64)>> {
+/// `bpftool prog show -j`, as id → (name, run_time_ns, run_cnt, recursion_misses).
+fn bpf_progs() -> Result<HashMap<u32, (String, u64, u64, u64)>> {
     let out = Command::new("bpftool").args(["prog", "show", "-j"]).output().context("running bpftool")?;
     ensure!(out.status.success(), "bpftool prog show: {}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).context("parsing bpftool's JSON")?;
@@ -471,6 +471,8 @@ fn bpf_progs() -> Result<HashMap<u32, (String, u64, u64)>> {
                 p["name"].as_str().unwrap_or("?").to_string(),
                 p["run_time_ns"].as_u64().unwrap_or(0),
                 p["run_cnt"].as_u64().unwrap_or(0),
+                // Runs the kernel skipped because the program was already running on that CPU.
+                p["recursion_misses"].as_u64().unwrap_or(0),
             ),
         );
     }
@@ -662,6 +664,8 @@ struct Results {
     scrape_events: ObsCounters,
     /// Building blocks: program → (run_time_ns, run_cnt), and requests, per run of the costs pass.
     costs: Vec<StatsRun>,
+    /// Per configuration: program runs the kernel skipped (recursion_misses) during IOPS runs.
+    misses: BTreeMap<Config, u64>,
     /// Runs during which someone else's tracing programs were loaded, with their names.
     foreign: Vec<String>,
     runs: u32,
@@ -743,6 +747,11 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
             let mut running = Running::start(&env, config, &tag)?;
             let obs_before = if config == Config::Observer { Some(observer_sample(&running, &dev_names)?) } else { None };
             let mut foreign = foreign_tracing_progs(&running.progs)?;
+            let misses = |ids: &[u32]| -> Result<u64> {
+                let all = bpf_progs()?;
+                Ok(ids.iter().filter_map(|id| all.get(id)).map(|p| p.3).sum())
+            };
+            let misses_before = misses(&running.progs)?;
             for t in &targets {
                 for w in workloads_of(t, round) {
                     res.runs += 1;
@@ -752,6 +761,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
                     res.iops.entry((t.name().to_string(), w, config)).or_default().push(r.iops);
                 }
             }
+            *res.misses.entry(config).or_default() += misses(&running.progs)? - misses_before;
             foreign.extend(foreign_tracing_progs(&running.progs)?);
             foreign.sort();
             foreign.dedup();
@@ -1115,8 +1125,13 @@ fn render(env: &Env, configs: &[Config], targets: &[Target], res: &Results) -> S
         let _ = writeln!(o, "| dropped requests, map full (IOPS runs / scrape phase) | {} / {} |", e.dropped, s.dropped);
         let _ = writeln!(o, "| stale entries, clock anomalies (IOPS runs) | {} , {} |", e.stale, e.clock);
         let _ = writeln!(o, "| requests recorded / completed on the bench device(s) | {:.0} / {} |", res.obs_recorded, res.obs_disk_completions);
+        let _ = writeln!(o, "| program runs skipped by the kernel (recursion_misses), IOPS runs | {} |", res.misses.get(&Config::Observer).copied().unwrap_or(0));
     }
 
+    if !res.misses.is_empty() {
+        let m: Vec<String> = res.misses.iter().filter(|(c, _)| **c != Config::Untraced).map(|(c, n)| format!("{} {n}", c.name())).collect();
+        let _ = writeln!(o, "\nProgram runs skipped by the kernel during the IOPS runs (bpftool recursion_misses: a lost event for any tracer): {}", m.join(", "));
+    }
     if !res.foreign.is_empty() {
         let _ = writeln!(o, "\nWARNING: other tracing programs were loaded during {} configuration runs (of {} fio runs); they slow every configuration:", res.foreign.len(), res.runs);
         for f in &res.foreign {
@@ -1148,7 +1163,9 @@ fn render(env: &Env, configs: &[Config], targets: &[Target], res: &Results) -> S
     if !res.scrape_ms.is_empty() {
         let _ = writeln!(o, "- scrape median {:.2} ms, max {:.2} ms with {} devices (≤ 20 ms): {}", scrape_med, scrape_max, a.scrape_devices, verdict(scrape_med <= 20.0));
         let zero = e.untracked + e.dropped + s.untracked + s.dropped == 0.0;
-        let _ = writeln!(o, "- dropped or untracked completions: {}: {}", e.untracked + e.dropped + s.untracked + s.dropped, verdict(zero));
+        let _ = writeln!(o, "- dropped or untracked completions: {}: {} (and: {} runs skipped by the kernel; {:.0} completions on the bench device not in blkobs_requests_total)",
+            e.untracked + e.dropped + s.untracked + s.dropped, verdict(zero),
+            res.misses.get(&Config::Observer).copied().unwrap_or(0), res.obs_disk_completions as f64 - res.obs_recorded);
     }
     o
 }
