@@ -51,7 +51,7 @@ fn bench_smoke_runs_every_configuration() {
         }
     }
     for config in ["floor", "biolatency", "observer"] {
-        assert!(stdout.contains(&format!("| {config} | randread | **total** |")), "no bpf_stats total for {config}:\n{stdout}");
+        assert!(stdout.contains(&format!("| {config} | randread | **total**")), "no bpf_stats total for {config}:\n{stdout}");
     }
     // Cleanup on the success path: sysctl restored, no loop devices or files left.
     assert_eq!(std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap(), stats_before);
