@@ -1,7 +1,9 @@
-//! Project tasks: `cargo xtask provision | build | run | test`.
+//! Project tasks: `cargo xtask provision | build | run | test | bench`.
 //!
 //! Every task that builds first runs `scripts/provision.sh` (idempotent), so the two README
 //! commands work on a fresh Debian machine.
+
+mod bench;
 
 use std::{
     path::{Path, PathBuf},
@@ -34,6 +36,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Provision, build, then measure tracing overhead with fio (see BENCHMARKS.md). Needs root.
+    Bench(bench::BenchArgs),
 }
 
 fn root() -> PathBuf {
@@ -75,6 +79,10 @@ fn main() -> Result<()> {
             provision()?;
             // Integration tests share loop devices and the kernel's tracepoints: one at a time.
             run(cargo().args(["test"]).args(&args).args(["--", "--test-threads=1"]))
+        }
+        Task::Bench(args) => {
+            provision()?;
+            bench::run(&root(), args)
         }
     }
 }

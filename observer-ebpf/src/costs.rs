@@ -1,0 +1,231 @@
+//! Operation costs for `cargo xtask bench --costs`: one program per building block of the
+//! observer's programs, all attached to `block_rq_issue` (once per request), so kernel.bpf_stats
+//! gives each block's ns per run. Subtract the empty programs' (the fixed per-program cost,
+//! bpf_stats' own clock reads included) to get the block's net cost. Not used by the daemon.
+//!
+//! The blocks mirror observer-ebpf/src/main.rs: reads through `bpf_probe_read_kernel` versus
+//! direct (BTF-typed) loads, the `INFLIGHT` hash map keyed by request pointer (insert, lookup
+//! hit, delete; run in that order on the same request), the per-CPU `CLASS_STATS` lookup, three
+//! histogram updates, a per-CPU counter, and the clock.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    bindings::BPF_ANY,
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::{btf_tracepoint, map},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    programs::BtfTracePointContext,
+    EbpfContext,
+};
+use observer_common::{
+    hist::{bucket_index, NBUCKETS},
+    layout::KernelLayout,
+    maps::{mkdev, ClassKey, ClassStats, Inflight, StageHist, INFLIGHT_DEFAULT_ENTRIES},
+};
+
+/// Filled by the loader from kernel BTF, as the daemon does.
+#[no_mangle]
+static LAYOUT: KernelLayout = KernelLayout {
+    rq_q: 0,
+    rq_cmd_flags: 0,
+    rq_rq_flags: 0,
+    rq_data_len: 0,
+    rq_sector: 0,
+    q_disk: 0,
+    disk_major: 0,
+    disk_first_minor: 0,
+    bio_opf: 0,
+    bio_bdev: 0,
+    bdev_disk: 0,
+    rqf_flush_seq: 0,
+    op_mask: 0,
+    op_read: 0,
+    op_write: 0,
+    op_flush: 0,
+    op_discard: 0,
+    op_write_zeroes: 0,
+    flag_preflush: 0,
+    flag_fua: 0,
+    flag_sync: 0,
+    flag_meta: 0,
+    flag_rahead: 0,
+    enter_fallback: 0,
+};
+
+#[map]
+static C_INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(INFLIGHT_DEFAULT_ENTRIES, 0);
+#[map]
+static C_STATS: PerCpuHashMap<ClassKey, ClassStats> = PerCpuHashMap::with_max_entries(256, 0);
+#[map]
+static C_ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static C_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(8, 0);
+
+#[inline(always)]
+fn rq(c: &BtfTracePointContext) -> u64 {
+    unsafe { *(c.as_ptr() as *const u64) }
+}
+
+#[inline(always)]
+fn pread<T: Default>(base: u64, off: u32) -> T {
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T).unwrap_or_default() }
+}
+
+/// A plain load: the verifier checks it against the BTF type of `base` (tp_btf arguments and
+/// pointers loaded from them are BTF-typed) and makes it fault-safe.
+#[inline(always)]
+fn direct<T: Copy>(base: u64, off: u32) -> T {
+    unsafe { core::ptr::read((base + off as u64) as *const T) }
+}
+
+#[inline(always)]
+fn field(off: &u32) -> u32 {
+    unsafe { core::ptr::read_volatile(off) }
+}
+
+#[inline(always)]
+fn sink(v: u64) -> i32 {
+    // Keep the value alive without a map access: the return value of tp_btf is ignored.
+    (v & 1) as i32 * 0
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c00_empty(_c: BtfTracePointContext) -> i32 {
+    0
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c01_ktime(_c: BtfTracePointContext) -> i32 {
+    sink(unsafe { bpf_ktime_get_ns() })
+}
+
+/// The observer's `layout()`: a volatile copy of the whole LAYOUT struct.
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c02_layout_copy(c: BtfTracePointContext) -> i32 {
+    let l = unsafe { core::ptr::read_volatile(&LAYOUT) };
+    sink(rq(&c) + l.rq_cmd_flags as u64 + l.op_mask as u64)
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c03_pread_1(c: BtfTracePointContext) -> i32 {
+    let f: u32 = pread(rq(&c), field(&LAYOUT.rq_cmd_flags));
+    sink(f as u64)
+}
+
+/// What `enter` reads: cmd_flags and rq->q->disk->{major, first_minor}: 5 helper calls.
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c04_pread_5(c: BtfTracePointContext) -> i32 {
+    let r = rq(&c);
+    let f: u32 = pread(r, field(&LAYOUT.rq_cmd_flags));
+    let q: u64 = pread(r, field(&LAYOUT.rq_q));
+    let d: u64 = pread(q, field(&LAYOUT.q_disk));
+    let dev = mkdev(pread(d, field(&LAYOUT.disk_major)), pread(d, field(&LAYOUT.disk_first_minor)));
+    sink(f as u64 + dev as u64)
+}
+
+/// The same five values by direct loads.
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c05_direct_5(c: BtfTracePointContext) -> i32 {
+    let r = rq(&c);
+    let f: u32 = direct(r, field(&LAYOUT.rq_cmd_flags));
+    let q: u64 = direct(r, field(&LAYOUT.rq_q));
+    let d: u64 = direct(q, field(&LAYOUT.q_disk));
+    let dev = mkdev(direct(d, field(&LAYOUT.disk_major)), direct(d, field(&LAYOUT.disk_first_minor)));
+    sink(f as u64 + dev as u64)
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c06_hash_insert(c: BtfTracePointContext) -> i32 {
+    let r = rq(&c);
+    let e = Inflight { enter_ns: r, dispatch_ns: 0, bytes: 0, dev: 1, class: 2, requeues: 0, requeued: 0 };
+    let _ = C_INFLIGHT.insert(&r, &e, BPF_ANY as u64);
+    0
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c07_hash_lookup(c: BtfTracePointContext) -> i32 {
+    let r = rq(&c);
+    if let Some(e) = C_INFLIGHT.get_ptr_mut(&r) {
+        unsafe { (*e).dispatch_ns = r };
+    }
+    0
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c08_hash_delete(c: BtfTracePointContext) -> i32 {
+    let _ = C_INFLIGHT.remove(&rq(&c));
+    0
+}
+
+#[inline(always)]
+fn stats(dev: u32, class: u16) -> Option<*mut ClassStats> {
+    let key = ClassKey { dev, class, _pad: 0 };
+    if let Some(p) = C_STATS.get_ptr_mut(&key) {
+        return Some(p);
+    }
+    let zero = C_ZERO.get_ptr(0)?;
+    let _ = C_STATS.insert(&key, unsafe { &*zero }, 0);
+    C_STATS.get_ptr_mut(&key)
+}
+
+/// The per-CPU (dev, class) lookup of `stats()` (a hit after the first request).
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c09_pcpu_lookup(_c: BtfTracePointContext) -> i32 {
+    if let Some(s) = stats(7 << 20, 1) {
+        unsafe { (*s).requests += 1 };
+    }
+    0
+}
+
+#[inline(always)]
+fn observe(h: &mut StageHist, ns: u64) {
+    let mut i = bucket_index(ns);
+    if i >= NBUCKETS {
+        i = NBUCKETS - 1;
+    }
+    h.buckets[i] += 1;
+    h.sum_ns += ns;
+}
+
+/// The same lookup plus what `on_complete` does with the entry: counters, three histograms.
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c10_pcpu_hist3(c: BtfTracePointContext) -> i32 {
+    let r = rq(&c);
+    if let Some(s) = stats(7 << 20, 1) {
+        let s = unsafe { &mut *s };
+        s.requests += 1;
+        s.bytes += 4096;
+        // A scalar that varies per request, so the bucket index is computed at run time.
+        let a = direct::<u32>(r, field(&LAYOUT.rq_cmd_flags)) as u64 * 977 + 1000;
+        observe(&mut s.stages[0], a);
+        observe(&mut s.stages[1], a + 12345);
+        observe(&mut s.stages[2], 2 * a + 12345);
+    }
+    0
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c11_counter(_c: BtfTracePointContext) -> i32 {
+    if let Some(p) = C_COUNTERS.get_ptr_mut(0) {
+        unsafe { *p += 1 };
+    }
+    0
+}
+
+/// A second empty program, attached last: the baseline is the cheaper of the two (the first
+/// program in the chain also pays for warming the trampoline's cache lines).
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c12_empty_last(_c: BtfTracePointContext) -> i32 {
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[no_mangle]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
