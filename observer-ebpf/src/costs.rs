@@ -26,32 +26,7 @@ use observer_common::{
 
 /// Filled by the loader from kernel BTF, as the daemon does.
 #[no_mangle]
-static LAYOUT: KernelLayout = KernelLayout {
-    rq_q: 0,
-    rq_cmd_flags: 0,
-    rq_rq_flags: 0,
-    rq_data_len: 0,
-    rq_sector: 0,
-    q_disk: 0,
-    disk_major: 0,
-    disk_first_minor: 0,
-    bio_opf: 0,
-    bio_bdev: 0,
-    bdev_disk: 0,
-    rqf_flush_seq: 0,
-    op_mask: 0,
-    op_read: 0,
-    op_write: 0,
-    op_flush: 0,
-    op_discard: 0,
-    op_write_zeroes: 0,
-    flag_preflush: 0,
-    flag_fua: 0,
-    flag_sync: 0,
-    flag_meta: 0,
-    flag_rahead: 0,
-    enter_fallback: 0,
-};
+static LAYOUT: KernelLayout = KernelLayout::ZERO;
 
 #[map]
 static C_INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(INFLIGHT_DEFAULT_ENTRIES, 0);
@@ -138,7 +113,7 @@ pub fn c05_direct_5(c: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn c06_hash_insert(c: BtfTracePointContext) -> i32 {
     let r = rq(&c);
-    let e = Inflight { enter_ns: r, dispatch_ns: 0, bytes: 0, dev: 1, class: 2, requeues: 0, requeued: 0 };
+    let e = Inflight { enter_ns: r, dev: 1, class: 2, ..Default::default() };
     let _ = C_INFLIGHT.insert(&r, &e, BPF_ANY as u64);
     0
 }

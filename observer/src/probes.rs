@@ -132,11 +132,10 @@ enum Mode {
 fn load_and_attach(
     mode: Mode,
     layout: &KernelLayout,
-    kbtf: &KernelBtf,
     btf: &Btf,
     inflight_entries: u32,
     stats_entries: u32,
-    plan: &[(&str, &str)],
+    plan: &[(String, &str)],
 ) -> Result<Ebpf, ProbeError> {
     let layout = KernelLayout { direct_loads: u32::from(mode == Mode::Btf), ..*layout };
     let mut ebpf = EbpfLoader::new()
@@ -146,14 +145,7 @@ fn load_and_attach(
         .map_max_entries(m::CLASS_STATS, stats_entries)
         .load(OBJECT)
         .map_err(|e| load_err("loading the object")(e.into()))?;
-    for (base, tp) in plan {
-        let args = kbtf
-            .arg_layout(tp)
-            .ok_or_else(|| ProbeError::Layout(LayoutError::Missing(format!("tracepoint {tp}"))))?;
-        let name = match args {
-            ArgLayout::Current => base.to_string(),
-            ArgLayout::QueueFirst => format!("{base}_q"),
-        };
+    for (name, tp) in plan {
         let step = |what: &str| load_err(format!("{what} {name} on {tp} ({mode:?})"));
         match mode {
             Mode::Btf => {
@@ -188,7 +180,6 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) 
     check_privileges()?;
     let kbtf = KernelBtf::from_file(VMLINUX_BTF)?;
     let layout = kbtf.kernel_layout()?;
-    let btf = Btf::from_sys_fs().map_err(|e| load_err("reading kernel BTF for tp_btf")(e.into()))?;
     let stats_entries = class_stats_entries(stats_memory_mib);
 
     let enter_tp = if layout.enter_fallback != 0 {
@@ -209,9 +200,21 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) 
         ("rq_issue", "block_rq_issue"),
     ];
     plan.push(if layout.enter_fallback != 0 { ("rq_insert", "block_rq_insert") } else { ("io_start", "block_io_start") });
+    // Program variant per tracepoint argument layout, from BTF; then free that parse before
+    // aya parses BTF again (peak RSS: the kernel's BTF is several MB).
+    let plan: Vec<(String, &str)> = plan
+        .into_iter()
+        .map(|(base, tp)| match kbtf.arg_layout(tp) {
+            Some(ArgLayout::Current) => Ok((base.to_string(), tp)),
+            Some(ArgLayout::QueueFirst) => Ok((format!("{base}_q"), tp)),
+            None => Err(ProbeError::Layout(LayoutError::Missing(format!("tracepoint {tp}")))),
+        })
+        .collect::<Result<_, _>>()?;
+    drop(kbtf);
+    let btf = Btf::from_sys_fs().map_err(|e| load_err("reading kernel BTF for tp_btf")(e.into()))?;
 
     let force_raw = std::env::var("OBSERVER_ATTACH").as_deref() == Ok("raw_tp");
-    let attempt = |mode| load_and_attach(mode, &layout, &kbtf, &btf, inflight_entries, stats_entries, &plan);
+    let attempt = |mode| load_and_attach(mode, &layout, &btf, inflight_entries, stats_entries, &plan);
     let (mut ebpf, mode) = if force_raw {
         (attempt(Mode::Raw)?, "raw_tp")
     } else {
@@ -223,6 +226,9 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) 
             }
         }
     };
+    drop(btf);
+    // Give the memory of both BTF parses back to the system.
+    unsafe { libc::malloc_trim(0) };
     info!(mode, enter = enter_tp, class_stats_entries = stats_entries, inflight_entries, "eBPF programs attached");
 
     let take = |ebpf: &mut Ebpf, name: &str| {
