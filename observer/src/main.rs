@@ -7,6 +7,7 @@ mod config;
 mod devices;
 mod fslog;
 mod kernel_layout;
+mod mapdump;
 mod metrics;
 mod probes;
 mod reaper;

@@ -45,7 +45,7 @@ pub fn reap(inflight: &mut HashMap<MapData, u64, Inflight>, capacity: u32, reape
     let mut candidates: BTreeMap<u32, Vec<(u64, Inflight)>> = BTreeMap::new();
     let mut free = Vec::new();
     let mut total = 0u32;
-    for (rq, e) in inflight.iter().flatten() {
+    for (rq, e) in crate::mapdump::inflight(inflight) {
         total += 1;
         if !e.is_live() {
             free.push(rq);

@@ -151,7 +151,7 @@ impl Snapshot {
         }
         let mut n_inflight = 0;
         let now = crate::reaper::monotonic_ns();
-        for (_, e) in maps.inflight.iter().flatten() {
+        for (_, e) in crate::mapdump::inflight(&maps.inflight) {
             // Map fill counts the free entries kept for reuse too.
             n_inflight += 1;
             if !e.is_live() {

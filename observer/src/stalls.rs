@@ -309,7 +309,7 @@ pub struct StallReport {
 
 /// Reads the in-flight requests, oldest first.
 pub fn inflight(maps: &Maps, filter: &DeviceFilter, f: &Filter, clock: &Clock, cg: &mut CgroupNames) -> Vec<InflightRequest> {
-    let mut all: Vec<Inflight> = maps.inflight.iter().flatten().map(|(_, e)| e).filter(Inflight::is_live).collect();
+    let mut all: Vec<Inflight> = crate::mapdump::inflight(&maps.inflight).into_iter().map(|(_, e)| e).filter(Inflight::is_live).collect();
     all.sort_by_key(|e| if e.enter_ns != 0 { e.enter_ns } else { e.dispatch_ns });
     let mut out = Vec::new();
     for e in all {
@@ -356,7 +356,7 @@ pub fn report(
     let dev_ok = |name: &str| filter.allows(name) && f.device.as_deref().is_none_or(|d| d == name);
 
     // Stuck: in flight longer than `min`, or than the op's total threshold.
-    let entries: Vec<Inflight> = maps.inflight.iter().flatten().map(|(_, e)| e).filter(Inflight::is_live).collect();
+    let entries: Vec<Inflight> = crate::mapdump::inflight(&maps.inflight).into_iter().map(|(_, e)| e).filter(Inflight::is_live).collect();
     let mut stuck = inflight(maps, filter, &Filter { min_ns: Some(f.min_ns.unwrap_or(0)), limit: usize::MAX, ..f.clone() }, &clock, &mut cg);
     stuck.retain(|r| {
         let op = observer_common::class::Op::ALL.iter().position(|o| o.name() == r.class.op).unwrap_or(5);
