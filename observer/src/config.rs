@@ -202,7 +202,7 @@ impl Config {
     /// Parses and validates TOML text; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self, ConfigError> {
         let cfg: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
+            .map_err(|e| ConfigError::Parse { path: origin.to_string(), message: describe(text, &e) })?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -268,6 +268,25 @@ impl Config {
     }
 }
 
+/// One line for a TOML error: the dotted key and line it points at, and toml's message
+/// (which names unknown keys itself, but not the key of a bad value).
+fn describe(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim().to_string();
+    let Some(span) = e.span() else { return msg };
+    let line_no = text[..span.start.min(text.len())].matches('\n').count();
+    let lines: Vec<&str> = text.lines().collect();
+    let key = lines.get(line_no).and_then(|l| l.split_once('=')).map(|(k, _)| k.trim().to_string());
+    let section = lines[..line_no.min(lines.len())]
+        .iter()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix('[').and_then(|r| r.strip_suffix(']')).map(|s| s.trim().to_string()));
+    match (key, section) {
+        (Some(k), Some(sec)) => format!("key `{sec}.{k}` (line {}): {msg}", line_no + 1),
+        (Some(k), None) => format!("key `{k}` (line {}): {msg}", line_no + 1),
+        _ => format!("line {}: {msg}", line_no + 1),
+    }
+}
+
 /// Device include/exclude filter, compiled from [`Devices`].
 #[derive(Clone, Debug, Default)]
 pub struct DeviceFilter {
@@ -306,7 +325,9 @@ mod tests {
         let e = Config::from_toml("lisen = \"1.2.3.4:1\"", "t").unwrap_err().to_string();
         assert!(e.contains("lisen"), "{e}");
         let e = Config::from_toml("listen = \"nonsense\"", "t").unwrap_err().to_string();
-        assert!(e.contains("listen"), "{e}");
+        assert!(e.contains("key `listen` (line 1)") && !e.contains('\n'), "{e}");
+        let e = Config::from_toml("listen = \"127.0.0.1:1\"\n[stalls]\nepisode = \"fast\"", "t").unwrap_err().to_string();
+        assert!(e.contains("key `stalls.episode` (line 3)") && !e.contains('\n'), "{e}");
         let e = Config::from_toml("[histogram]\nbuckets = [0.1, 0.01]", "t").unwrap_err().to_string();
         assert!(e.contains("histogram.buckets") && e.contains("ascending"), "{e}");
         let e = Config::from_toml("[histogram]\nbuckets = [-1.0]", "t").unwrap_err().to_string();
