@@ -19,7 +19,10 @@ pub struct KernelLayout {
     pub rq_data_len: u32,
     /// `struct request::__sector` (sector_t, 512-byte sectors).
     pub rq_sector: u32,
-    /// `struct request_queue::disk` (`struct gendisk *`).
+    /// `struct request::rq_disk` (`struct gendisk *`, kernels ≤ 5.15); 0 when absent: the disk
+    /// is then `request::q` → [`Self::q_disk`].
+    pub rq_disk: u32,
+    /// `struct request_queue::disk` (`struct gendisk *`, 5.15+); 0 when [`Self::rq_disk`] is used.
     pub q_disk: u32,
     /// `struct gendisk::major` (int).
     pub disk_major: u32,
@@ -27,16 +30,27 @@ pub struct KernelLayout {
     pub disk_first_minor: u32,
     /// `struct request::bio` (`struct bio *`, first bio).
     pub rq_bio: u32,
+    /// `struct request::end_io` (`rq_end_io_fn *`): set by block/blk-flush.c while the request
+    /// runs through a flush sequence; the flush-sequence test when [`Self::rqf_flush_seq`] is 0.
+    pub rq_end_io: u32,
+    /// `struct request::start_time_ns` (u64, CLOCK_MONOTONIC ns, set at allocation when the
+    /// queue keeps I/O statistics or has a scheduler; 0 otherwise): the entry time on kernels
+    /// without `block_io_start`.
+    pub rq_start_time_ns: u32,
     /// `struct bio::bi_next` (`struct bio *`).
     pub bio_next: u32,
     /// `struct bio::bi_opf` (`blk_opf_t`).
     pub bio_opf: u32,
-    /// `struct bio::bi_bdev` (`struct block_device *`).
+    /// `struct bio::bi_disk` (`struct gendisk *`, kernels < 5.12); 0 when absent: the disk is
+    /// then `bio::bi_bdev` → `block_device::bd_disk`.
+    pub bio_disk: u32,
+    /// `struct bio::bi_bdev` (`struct block_device *`, 5.12+); 0 when [`Self::bio_disk`] is used.
     pub bio_bdev: u32,
-    /// `struct block_device::bd_disk` (`struct gendisk *`).
+    /// `struct block_device::bd_disk` (`struct gendisk *`); 0 when [`Self::bio_disk`] is used.
     pub bdev_disk: u32,
     /// Mask of RQF_FLUSH_SEQ in `rq_flags` (block/blk-flush.c: set while a request runs through
-    /// the pre-flush / data / post-flush sequence).
+    /// the pre-flush / data / post-flush sequence); 0 when the kernel's BTF does not have it
+    /// (then [`Self::rq_end_io`] tells).
     pub rqf_flush_seq: u32,
     /// Mask of the op in `cmd_flags` ((1 << REQ_OP_BITS) - 1).
     pub op_mask: u32,
@@ -60,23 +74,32 @@ pub struct KernelLayout {
     pub flag_meta: u32,
     /// REQ_RAHEAD mask.
     pub flag_rahead: u32,
-    /// 1 when the kernel has no `block_io_start` tracepoint (before ≈6.5): requests then enter at
-    /// `block_rq_insert`, or at `block_rq_issue` when directly issued, and their flags are read
-    /// after the block layer may have stripped PREFLUSH/FUA.
+    /// 1 when the kernel has no `block_io_start` tracepoint (added in 6.5 by commit 5a80bd075f3b
+    /// "block: make the bio tracepoints ... block_io_start"): requests then enter at
+    /// `block_rq_insert`, at `block_rq_issue` when directly issued, or at their completion when
+    /// never dispatched (a data-less PREFLUSH write). Their entry time is then
+    /// `request::start_time_ns` and their original flags those of their first bio (`bi_opf`,
+    /// which block/blk-flush.c leaves intact when it strips PREFLUSH/FUA from the request).
     pub enter_fallback: u32,
     /// 1 when the programs run as `tp_btf`: struct fields are then read with direct loads,
     /// which the verifier checks against BTF; 0 (raw_tp) uses `bpf_probe_read_kernel`.
     pub direct_loads: u32,
+    /// Explicit padding (the struct is copied into the object byte for byte).
+    pub _pad: u32,
+    /// CLOCK_MONOTONIC (ns) just before the programs were loaded. On kernels without
+    /// `block_io_start`, a request first seen at its completion is counted with its latency
+    /// only if its `start_time_ns` is later than this (it cannot have been in flight before).
+    pub loaded_ns: u64,
 }
 
 impl KernelLayout {
     /// All zero: the placeholder compiled into the programs before the daemon fills it in.
     pub const ZERO: KernelLayout = KernelLayout {
-        rq_q: 0, rq_cmd_flags: 0, rq_rq_flags: 0, rq_data_len: 0, rq_sector: 0, q_disk: 0,
-        disk_major: 0, disk_first_minor: 0, rq_bio: 0, bio_next: 0, bio_opf: 0, bio_bdev: 0,
-        bdev_disk: 0, rqf_flush_seq: 0, op_mask: 0, op_read: 0, op_write: 0, op_flush: 0,
+        rq_q: 0, rq_cmd_flags: 0, rq_rq_flags: 0, rq_data_len: 0, rq_sector: 0, rq_disk: 0,
+        q_disk: 0, disk_major: 0, disk_first_minor: 0, rq_bio: 0, rq_end_io: 0, rq_start_time_ns: 0,
+        bio_next: 0, bio_opf: 0, bio_disk: 0, bio_bdev: 0, bdev_disk: 0, rqf_flush_seq: 0, op_mask: 0, op_read: 0, op_write: 0, op_flush: 0,
         op_discard: 0, op_write_zeroes: 0, flag_preflush: 0, flag_fua: 0, flag_sync: 0,
-        flag_meta: 0, flag_rahead: 0, enter_fallback: 0, direct_loads: 0,
+        flag_meta: 0, flag_rahead: 0, enter_fallback: 0, direct_loads: 0, _pad: 0, loaded_ns: 0,
     };
 }
 

@@ -12,10 +12,12 @@
 #![no_std]
 #![no_main]
 
+use core::ptr::addr_of_mut;
+
 use aya_ebpf::{
-    bindings::{BPF_ANY, BPF_NOEXIST},
+    bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
     },
     macros::{btf_tracepoint, map, raw_tracepoint},
@@ -58,6 +60,10 @@ static DEVSTATE: Array<DevState> = Array::with_max_entries(DEV_SLOTS, 0);
 /// requests over a threshold.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
+/// One all-zero `Inflight`: what a new `INFLIGHT` key is inserted with, before being filled in
+/// place (no large struct is built on the stack or copied).
+#[map]
+static ZERO_INFLIGHT: PerCpuArray<Inflight> = PerCpuArray::with_max_entries(1, 0);
 /// One all-zero `ClassStats`: the template for new `CLASS_STATS` entries (too big for the stack).
 #[map]
 static ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
@@ -115,11 +121,62 @@ fn disk_dev(disk: u64, l: &KernelLayout) -> u32 {
     mkdev(read::<u32>(disk, l.disk_major), read::<u32>(disk, l.disk_first_minor))
 }
 
-/// The disk of a request (`rq->q->disk`): partitions count for their whole disk.
+/// The disk of a request: `rq->rq_disk` (≤ 5.15) or `rq->q->disk`. Partitions count for
+/// their whole disk.
 #[inline(always)]
 fn rq_dev(rq: u64, l: &KernelLayout) -> u32 {
-    let q: u64 = read(rq, l.rq_q);
-    disk_dev(read(q, l.q_disk), l)
+    let disk: u64 = if l.rq_disk != 0 {
+        read(rq, l.rq_disk)
+    } else {
+        let q: u64 = read(rq, l.rq_q);
+        read(q, l.q_disk)
+    };
+    disk_dev(disk, l)
+}
+
+/// The disk of a bio: `bio->bi_disk` (< 5.12) or `bio->bi_bdev->bd_disk`.
+#[inline(always)]
+fn bio_dev(bio: u64, l: &KernelLayout) -> u32 {
+    let disk: u64 = if l.bio_disk != 0 {
+        read(bio, l.bio_disk)
+    } else {
+        let bdev: u64 = read(bio, l.bio_bdev);
+        read(bdev, l.bdev_disk)
+    };
+    disk_dev(disk, l)
+}
+
+/// Whether the request is inside a flush sequence (block/blk-flush.c): RQF_FLUSH_SEQ where BTF
+/// names it, else `rq->end_io`, which blk-flush.c sets to mq_flush_data_end_io for exactly
+/// that span (the flush request's own end_io, flush_end_io, is set too).
+#[inline(always)]
+fn in_flush_seq(rq: u64, l: &KernelLayout) -> bool {
+    if l.rqf_flush_seq != 0 {
+        read::<u32>(rq, l.rq_rq_flags) & l.rqf_flush_seq != 0
+    } else {
+        read::<u64>(rq, l.rq_end_io) != 0
+    }
+}
+
+/// The request's original cmd_flags. At block_io_start that is `rq->cmd_flags`; kernels
+/// without it see the request later, after blk-flush.c may have stripped PREFLUSH/FUA from
+/// the request, but not from its first bio.
+#[inline(always)]
+fn original_flags(rq: u64, l: &KernelLayout) -> u32 {
+    if l.enter_fallback != 0 {
+        let bio: u64 = read(rq, l.rq_bio);
+        if bio != 0 {
+            return read(bio, l.bio_opf);
+        }
+    }
+    read(rq, l.rq_cmd_flags)
+}
+
+/// Zeroes a u64 in a map value with a plain store: a struct-wide zeroing may be compiled to a
+/// call to an out-of-line `memset`, which the verifier of 6.1 refuses for map values.
+#[inline(always)]
+fn zero(p: &mut u64) {
+    unsafe { core::ptr::write_volatile(p, 0) };
 }
 
 /// Stats entry of (dev, class), created on first use.
@@ -155,40 +212,80 @@ fn observe(h: &mut StageHist, ns: u64) {
 /// `replace`, that request is counted as completed with its latency lost, and replaced.
 #[inline(always)]
 fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayout) {
-    let flags: u32 = read(rq, l.rq_cmd_flags);
-    let e = Inflight {
-        enter_ns: now,
-        dispatch_ns,
-        bytes: 0,
-        dev: rq_dev(rq, l),
-        class: classify(flags, l),
-        requeues: 0,
-        requeued: 0,
-        sector: read(rq, l.rq_sector),
-        size: read(rq, l.rq_data_len),
-        // The submitting task: block_io_start runs in its context (never in an interrupt).
-        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        cgroup: unsafe { bpf_get_current_cgroup_id() },
-        comm: bpf_get_current_comm().unwrap_or_default(),
-    };
-    let e = Inflight { class: e.class | log_class(e.dev, e.sector), ..e };
-    match INFLIGHT.get_ptr_mut(&rq) {
-        Some(p) => {
-            let old = unsafe { &mut *p };
-            if old.is_live() {
-                if !replace {
-                    return;
-                }
-                // Still live: its completion never reached block_rq_complete here.
-                lost(old.dev, old.class);
-            }
-            *old = e;
+    let mut enter_ns = now;
+    if l.enter_fallback != 0 {
+        // Seen late (insert, issue or completion): the kernel's own allocation time is the entry.
+        let start: u64 = read(rq, l.rq_start_time_ns);
+        if start != 0 && start <= now {
+            enter_ns = start;
         }
-        None => match INFLIGHT.insert(&rq, &e, BPF_NOEXIST as u64) {
-            Ok(()) | Err(-17) => {}
-            Err(_) => count(Counter::InflightFull),
-        },
     }
+    let Some(e) = slot(rq, replace) else { return };
+    let dev = rq_dev(rq, l);
+    let sector: u64 = read(rq, l.rq_sector);
+    let class = classify(original_flags(rq, l), l) | log_class(dev, sector);
+    unsafe {
+        fill(e, enter_ns, dispatch_ns, dev, class, sector, read(rq, l.rq_data_len));
+        // The submitting task: block_io_start runs in its context (never in an interrupt).
+        put(addr_of_mut!((*e).pid), (bpf_get_current_pid_tgid() >> 32) as u32);
+        put(addr_of_mut!((*e).cgroup), bpf_get_current_cgroup_id());
+        // Writes all 16 bytes (zeros on failure).
+        aya_ebpf::helpers::generated::bpf_get_current_comm(addr_of_mut!((*e).comm) as *mut _, 16);
+    }
+}
+
+/// Writes a value with a plain store that the compiler may not merge with its neighbours into
+/// an out-of-line `memset`/`memcpy` call (which the verifier of 6.1 refuses on map values).
+#[inline(always)]
+unsafe fn put<T>(p: *mut T, v: T) {
+    core::ptr::write_volatile(p, v)
+}
+
+/// Fills an [`Inflight`] (a map value) field by field; submitter fields zero.
+#[inline(always)]
+unsafe fn fill(e: *mut Inflight, enter_ns: u64, dispatch_ns: u64, dev: u32, class: u16, sector: u64, size: u32) {
+    put(addr_of_mut!((*e).enter_ns), enter_ns);
+    put(addr_of_mut!((*e).dispatch_ns), dispatch_ns);
+    put(addr_of_mut!((*e).bytes), 0);
+    put(addr_of_mut!((*e).dev), dev);
+    put(addr_of_mut!((*e).class), class);
+    put(addr_of_mut!((*e).requeues), 0);
+    put(addr_of_mut!((*e).requeued), 0);
+    put(addr_of_mut!((*e).sector), sector);
+    put(addr_of_mut!((*e).size), size);
+    put(addr_of_mut!((*e).pid), 0);
+    put(addr_of_mut!((*e).cgroup), 0);
+    let comm = addr_of_mut!((*e).comm) as *mut u64;
+    put(comm, 0);
+    put(comm.add(1), 0);
+}
+
+/// The `INFLIGHT` entry of `rq` to fill: its existing entry (kept for reuse), or a new one
+/// inserted for it. A live existing entry means the struct was freed and reused since we saw it
+/// enter: its completion never reached block_rq_complete here. With `replace`, that request is
+/// counted as completed with its latency lost and the entry is returned; without, `None`.
+#[inline(always)]
+fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
+    if let Some(p) = INFLIGHT.get_ptr_mut(&rq) {
+        let old = unsafe { &*p };
+        if old.is_live() {
+            if !replace {
+                return None;
+            }
+            lost(old.dev, old.class);
+        }
+        return Some(p);
+    }
+    // A new key: insert the (zeroed, unused) scratch entry, then fill the map's copy in place.
+    let zero = ZERO_INFLIGHT.get_ptr(0)?;
+    match INFLIGHT.insert(&rq, unsafe { &*zero }, BPF_NOEXIST as u64) {
+        Ok(()) | Err(-17) => {}
+        Err(_) => {
+            count(Counter::InflightFull);
+            return None;
+        }
+    }
+    INFLIGHT.get_ptr_mut(&rq)
 }
 
 /// A request that completed without its completion reaching us: counted, no latency.
@@ -217,8 +314,8 @@ fn live(rq: u64) -> Option<&'static mut Inflight> {
 /// Marks an entry free (kept in the map for the next request on the same struct).
 #[inline(always)]
 fn free(e: &mut Inflight) {
-    e.enter_ns = 0;
-    e.dispatch_ns = 0;
+    zero(&mut e.enter_ns);
+    zero(&mut e.dispatch_ns);
 }
 
 /// block_io_start(rq): a bio became a request (block/blk-mq.c: blk_account_io_start).
@@ -264,29 +361,10 @@ fn on_issue(rq: u64) {
     let flags: u32 = read(rq, l.rq_cmd_flags);
     if flags & l.op_mask == l.op_flush {
         // The shared per-hctx flush request (block/blk-flush.c): never "enters"; device stage only.
-        let e = Inflight {
-            enter_ns: 0,
-            dispatch_ns: now,
-            bytes: 0,
-            dev: rq_dev(rq, &l),
-            class: Op::Flush as u16,
-            requeues: 0,
-            requeued: 0,
-            sector: 0,
-            size: 0,
-            pid: 0,
-            cgroup: 0,
-            comm: [0; 16],
-        };
-        match INFLIGHT.get_ptr_mut(&rq) {
-            Some(p) => unsafe { *p = e },
-            None => {
-                if INFLIGHT.insert(&rq, &e, BPF_ANY as u64).is_err() {
-                    count(Counter::InflightFull);
-                }
-            }
-        }
-        dispatched(e.dev, e.class, 0, now);
+        let Some(e) = slot(rq, true) else { return };
+        let dev = rq_dev(rq, &l);
+        unsafe { fill(e, 0, now, dev, Op::Flush as u16, 0, 0) };
+        dispatched(dev, Op::Flush as u16, 0, now);
     } else if l.enter_fallback != 0 {
         // Directly issued without insert on a kernel without block_io_start: queue time is 0.
         enter(rq, now, now, false, &l);
@@ -386,8 +464,7 @@ fn on_rq_merge(rq: u64) {
 #[inline(always)]
 fn on_bio_merge(bio: u64) {
     let l = layout();
-    let bdev: u64 = read(bio, l.bio_bdev);
-    let dev = disk_dev(read(bdev, l.bdev_disk), &l);
+    let dev = bio_dev(bio, &l);
     if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), &l)) {
         unsafe { (*s).merges += 1 };
     }
@@ -398,21 +475,26 @@ fn on_bio_merge(bio: u64) {
 fn on_complete(rq: u64, error: u64, nr_bytes: u64) {
     let now = unsafe { bpf_ktime_get_ns() };
     let l = layout();
-    let rq_flags: u32 = read(rq, l.rq_rq_flags);
     let data_len: u32 = read(rq, l.rq_data_len);
     // The flush request completes once (it carries RQF_FLUSH_SEQ itself). A data request is
     // final unless more bytes remain, or it is inside a flush sequence (its data part completes
     // once with RQF_FLUSH_SEQ set, then again with 0 bytes when the post-flush is done).
-    let data_final = rq_flags & l.rqf_flush_seq == 0 && nr_bytes >= data_len as u64;
-    let Some(e) = live(rq) else {
-        let flags: u32 = read(rq, l.rq_cmd_flags);
-        if data_final || flags & l.op_mask == l.op_flush {
-            count(Counter::UntrackedCompletions);
-            if error != 0 {
-                error_seen(rq_dev(rq, &l), 0, error);
+    let data_final = !in_flush_seq(rq, &l) && nr_bytes >= data_len as u64;
+    let e = match live(rq) {
+        Some(e) => e,
+        None => match never_dispatched(rq, now, data_final, &l) {
+            Some(e) => e,
+            None => {
+                let flags: u32 = read(rq, l.rq_cmd_flags);
+                if data_final || flags & l.op_mask == l.op_flush {
+                    count(Counter::UntrackedCompletions);
+                    if error != 0 {
+                        error_seen(rq_dev(rq, &l), 0, error);
+                    }
+                }
+                return;
             }
-        }
-        return;
+        },
     };
     e.bytes += nr_bytes;
     if !(data_final || e.enter_ns == 0) {
@@ -475,6 +557,23 @@ fn on_complete(rq: u64, error: u64, nr_bytes: u64) {
             count(Counter::EventsDropped);
         }
     }
+}
+
+/// On kernels without `block_io_start`, a request that is neither inserted nor dispatched (a
+/// data-less PREFLUSH write, completed by the flush machinery) is first seen at its final
+/// completion: tracked from its `start_time_ns` if that is after the programs were loaded.
+#[inline(always)]
+fn never_dispatched(rq: u64, now: u64, data_final: bool, l: &KernelLayout) -> Option<&'static mut Inflight> {
+    if l.enter_fallback == 0 || !data_final {
+        return None;
+    }
+    let start: u64 = read(rq, l.rq_start_time_ns);
+    let flags: u32 = read(rq, l.rq_cmd_flags);
+    if start == 0 || start < l.loaded_ns || flags & l.op_mask == l.op_flush {
+        return None;
+    }
+    enter(rq, now, 0, true, l);
+    live(rq)
 }
 
 #[inline(always)]

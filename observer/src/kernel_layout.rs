@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use btf_rs::{Btf, BtfType, Type};
+use fallible_iterator::FallibleIterator;
 use observer_common::layout::KernelLayout;
 
 /// Default location of the kernel's own BTF.
@@ -83,20 +84,27 @@ impl KernelBtf {
         None
     }
 
-    /// Value of `variant` in the first of `enum_names` that has it.
-    pub fn enum_value(&self, enum_names: &[&str], variant: &str) -> Result<u32, LayoutError> {
-        for name in enum_names {
-            for ty in self.named_types(name) {
-                if let Type::Enum(e) = ty {
-                    for m in &e.members {
-                        if self.btf.resolve_name(m).ok().as_deref() == Some(variant) {
-                            return Ok(m.val());
-                        }
-                    }
+    /// Values of enumerators, looked up by name in every enum of the kernel, named or
+    /// anonymous (C enumerators share one namespace, so the name alone identifies one), in the
+    /// order asked, in one pass over the types. Debian's 6.12 has `__RQF_FLUSH_SEQ` in an
+    /// anonymous enum, 6.18 in `enum rqf_flags`; `REQ_OP_*` are in `enum req_opf` (< 6.0) or
+    /// `enum req_op`.
+    pub fn enum_values(&self, variants: &[&str]) -> Vec<Option<u32>> {
+        let mut found = vec![None; variants.len()];
+        let mut types = self.btf.type_iter();
+        while let Ok(Some(ty)) = types.next() {
+            let Type::Enum(e) = ty else { continue };
+            for m in &e.members {
+                let Ok(name) = self.btf.resolve_name(m) else { continue };
+                if let Some(i) = variants.iter().position(|v| *v == name) {
+                    found[i].get_or_insert(m.val());
                 }
             }
+            if found.iter().all(Option::is_some) {
+                break;
+            }
         }
-        Err(LayoutError::Missing(format!("enum {}::{variant}", enum_names.join("|"))))
+        found
     }
 
     /// Names of the pointee types of a tracepoint's arguments (without the leading `void *`),
@@ -144,19 +152,44 @@ impl KernelBtf {
 
     /// Resolves everything the programs need. `enter_fallback` is set when the kernel has no
     /// `block_io_start` tracepoint.
+    ///
+    /// Differences between kernels resolved here, each by looking for the member by name:
+    /// - the disk of a request: `request::rq_disk` (≤ 5.15, removed by commit f3fa33acca9f
+    ///   "block: remove the ->rq_disk field in struct request"), else `request::q` →
+    ///   `request_queue::disk` (5.15+);
+    /// - the disk of a bio: `bio::bi_disk` (< 5.12), else `bio::bi_bdev` → `block_device::bd_disk`
+    ///   (commit 309dca309fc3 "block: store a block_device pointer in struct bio", 5.12);
+    /// - RQF_FLUSH_SEQ: the enumerator `__RQF_FLUSH_SEQ` (an enum since 6.9, anonymous in some
+    ///   builds). Before, it is a `#define` that BTF does not carry: then the programs recognise
+    ///   a request inside a flush sequence by `request::end_io` being set, which
+    ///   block/blk-flush.c does (`rq->end_io = mq_flush_data_end_io`) for exactly as long as the
+    ///   flag is set (blk_flush_restore_request puts the saved, normally NULL, end_io back).
     pub fn kernel_layout(&self) -> Result<KernelLayout, LayoutError> {
-        let ops = ["req_op", "req_opf"];
-        let bits = ["req_flag_bits"];
-        let bit = |v: &str| self.enum_value(&bits, v).map(|b| 1u32 << b);
+        const WANTED: [&str; 12] = [
+            "__REQ_FAILFAST_DEV", "__REQ_PREFLUSH", "__REQ_FUA", "__REQ_SYNC", "__REQ_META", "__REQ_RAHEAD",
+            "REQ_OP_READ", "REQ_OP_WRITE", "REQ_OP_FLUSH", "REQ_OP_DISCARD", "REQ_OP_WRITE_ZEROES", "__RQF_FLUSH_SEQ",
+        ];
+        let vals = self.enum_values(&WANTED);
+        let val = |i: usize| vals[i].ok_or_else(|| LayoutError::Missing(format!("enumerator {}", WANTED[i])));
         // REQ_OP_BITS is a #define; the first flag bit (__REQ_FAILFAST_DEV) sits right above it.
-        let op_bits = self.enum_value(&bits, "__REQ_FAILFAST_DEV")?;
-        // RQF_FLUSH_SEQ became `enum rqf_flags` in 6.x; before, a #define of 1 << 4.
-        let rqf_flush_seq = match self.enum_value(&["rqf_flags"], "__RQF_FLUSH_SEQ") {
-            Ok(b) => 1 << b,
-            Err(_) => {
-                tracing::warn!("kernel BTF has no enum rqf_flags: assuming RQF_FLUSH_SEQ = 1 << 4 (Linux < 6.5)");
-                1 << 4
+        let op_bits = val(0)?;
+        let rqf_flush_seq = match vals[11] {
+            Some(b) => 1 << b,
+            None => {
+                tracing::info!(
+                    "kernel BTF has no __RQF_FLUSH_SEQ (a #define before Linux 6.9): flush sequences \
+                     are recognised by request::end_io"
+                );
+                0
             }
+        };
+        let (rq_disk, q_disk) = match self.member_offset("request", "rq_disk") {
+            Ok(off) => (off, 0),
+            Err(_) => (0, self.member_offset("request_queue", "disk")?),
+        };
+        let (bio_disk, bio_bdev, bdev_disk) = match self.member_offset("bio", "bi_disk") {
+            Ok(off) => (off, 0, 0),
+            Err(_) => (0, self.member_offset("bio", "bi_bdev")?, self.member_offset("block_device", "bd_disk")?),
         };
         Ok(KernelLayout {
             rq_q: self.member_offset("request", "q")?,
@@ -164,28 +197,34 @@ impl KernelBtf {
             rq_rq_flags: self.member_offset("request", "rq_flags")?,
             rq_data_len: self.member_offset("request", "__data_len")?,
             rq_sector: self.member_offset("request", "__sector")?,
-            q_disk: self.member_offset("request_queue", "disk")?,
+            rq_disk,
+            q_disk,
             disk_major: self.member_offset("gendisk", "major")?,
             disk_first_minor: self.member_offset("gendisk", "first_minor")?,
             rq_bio: self.member_offset("request", "bio")?,
+            rq_end_io: self.member_offset("request", "end_io")?,
+            rq_start_time_ns: self.member_offset("request", "start_time_ns")?,
             bio_next: self.member_offset("bio", "bi_next")?,
             bio_opf: self.member_offset("bio", "bi_opf")?,
-            bio_bdev: self.member_offset("bio", "bi_bdev")?,
-            bdev_disk: self.member_offset("block_device", "bd_disk")?,
+            bio_disk,
+            bio_bdev,
+            bdev_disk,
             rqf_flush_seq,
             op_mask: (1u32 << op_bits) - 1,
-            op_read: self.enum_value(&ops, "REQ_OP_READ")?,
-            op_write: self.enum_value(&ops, "REQ_OP_WRITE")?,
-            op_flush: self.enum_value(&ops, "REQ_OP_FLUSH")?,
-            op_discard: self.enum_value(&ops, "REQ_OP_DISCARD")?,
-            op_write_zeroes: self.enum_value(&ops, "REQ_OP_WRITE_ZEROES")?,
-            flag_preflush: bit("__REQ_PREFLUSH")?,
-            flag_fua: bit("__REQ_FUA")?,
-            flag_sync: bit("__REQ_SYNC")?,
-            flag_meta: bit("__REQ_META")?,
-            flag_rahead: bit("__REQ_RAHEAD")?,
+            op_read: val(6)?,
+            op_write: val(7)?,
+            op_flush: val(8)?,
+            op_discard: val(9)?,
+            op_write_zeroes: val(10)?,
+            flag_preflush: 1 << val(1)?,
+            flag_fua: 1 << val(2)?,
+            flag_sync: 1 << val(3)?,
+            flag_meta: 1 << val(4)?,
+            flag_rahead: 1 << val(5)?,
             enter_fallback: u32::from(self.tracepoint_args("block_io_start").is_none()),
             direct_loads: 0,
+            _pad: 0,
+            loaded_ns: 0,
         })
     }
 }

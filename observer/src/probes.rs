@@ -137,7 +137,8 @@ fn load_and_attach(
     stats_entries: u32,
     plan: &[(String, &str)],
 ) -> Result<Ebpf, ProbeError> {
-    let layout = KernelLayout { direct_loads: u32::from(mode == Mode::Btf), ..*layout };
+    let layout =
+        KernelLayout { direct_loads: u32::from(mode == Mode::Btf), loaded_ns: crate::reaper::monotonic_ns(), ..*layout };
     let mut ebpf = EbpfLoader::new()
         .btf(Some(btf))
         .override_global("LAYOUT", &layout, true)
