@@ -1,0 +1,196 @@
+//! The kernel matrix's end-to-end checks: what `cargo xtask vmtest` runs inside each Debian
+//! kernel booted in qemu (5.10, 6.1, 6.12), and what the host suite runs on its own kernel.
+//!
+//! Each test: the daemon, a loop device with a write-back cache, a filesystem (XFS or ext4)
+//! with an fsync-heavy load plus fio mixed direct I/O, a scheduler (`none` or `mq-deadline`),
+//! then against the kernel's own /proc/diskstats: exact completed requests per op, 0
+//! untracked and 0 lost completions (the device exists only after the daemon started), the
+//! filesystem log found and its writes classified, queue + device = total per class, and the
+//! attach mode and "enter" tracepoint the daemon reports equal to what tracefs shows.
+//! Sizes are small: under TCG a guest runs about ten times slower than the host.
+
+mod common;
+
+use std::{path::Path, time::Duration};
+
+use common::*;
+
+const OPS: [&str; 6] = ["read", "write", "flush", "discard", "write_zeroes", "other"];
+const FSYNCS: usize = 60;
+
+/// The tracepoint this kernel has for "a bio became a request", witnessed by tracefs (which
+/// the harness and `cargo xtask test` mount), not by the daemon's own BTF reading.
+fn expected_enter_tracepoint() -> &'static str {
+    let events = Path::new("/sys/kernel/tracing/events/block");
+    assert!(events.is_dir(), "tracefs is not mounted at /sys/kernel/tracing (run through `cargo xtask test`)");
+    if events.join("block_io_start").is_dir() {
+        "block_io_start"
+    } else {
+        "block_rq_insert"
+    }
+}
+
+fn mkfs(fs: &str) -> Vec<&'static str> {
+    match fs {
+        "xfs" => vec!["mkfs.xfs", "-q", "-f"],
+        // Kernels before 5.15 cannot mount ext4 with orphan_file, which e2fsprogs 1.47 enables.
+        "ext4" => vec!["mkfs.ext4", "-q", "-F", "-O", "^orphan_file"],
+        other => panic!("no mkfs for {other}"),
+    }
+}
+
+fn end_to_end(fs: &str, scheduler: &str, attach: &str) {
+    if !require_root(&format!("matrix {fs} {scheduler} {attach}")) {
+        return;
+    }
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let tag = format!("[{} {fs} {scheduler} {attach}]", kernel.trim());
+    let env: &[(&str, &str)] = if attach == "raw_tp" { &[("OBSERVER_ATTACH", "raw_tp")] } else { &[] };
+    let daemon = Daemon::start_env(&[], env);
+    let info = daemon.scrape();
+    let enter = expected_enter_tracepoint();
+    assert_eq!(
+        info.sum("blkobs_build_info", &[("attach", attach), ("enter_tracepoint", enter)]),
+        1.0,
+        "{tag} build_info: {:?}",
+        info.select("blkobs_build_info", &[]).collect::<Vec<_>>()
+    );
+
+    let dev = LoopDev::new(if fs == "xfs" { 400 } else { 160 }, scheduler);
+    assert_eq!(dev.sysfs("queue/write_cache"), "write back", "{tag} loop devices have a volatile write cache");
+    assert!(dev.sysfs("queue/scheduler").contains(&format!("[{scheduler}]")), "{tag} scheduler");
+    quiesce(&dev.name);
+    let before = daemon.scrape();
+    let d0 = diskstats(&dev.name);
+
+    let mut m = Mount::new(&dev, &mkfs(fs));
+    // The daemon finds the log within seconds of the mount; fsyncs before that are not "log".
+    let log_found = wait_for(Duration::from_secs(15), || log_ranges(&daemon, &dev.name) > 0);
+    assert!(log_found, "{tag} no log range found for {fs} on {}", dev.name);
+    fsync_files(&m.dir, FSYNCS);
+    let dir = format!("--directory={}", m.dir.display());
+    fio(&["--name=rand", &dir, "--size=16M", "--rw=randrw", "--bs=4k", "--direct=1", "--ioengine=libaio",
+          "--iodepth=8", "--runtime=2", "--time_based"]);
+    fio(&["--name=seq", &dir, "--size=8M", "--rw=read", "--bs=64k", "--ioengine=psync", "--invalidate=1"]);
+    for e in std::fs::read_dir(&m.dir).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    sh("fstrim", &[m.dir.to_str().unwrap()]);
+    m.unmount();
+    quiesce(&dev.name);
+    // Give the reaper its chance to retire anything it (wrongly) thinks is lost.
+    std::thread::sleep(Duration::from_millis(2500));
+    let d1 = diskstats(&dev.name);
+    let after = daemon.scrape();
+    let n = dev.name.as_str();
+
+    // Completed requests by op equal the kernel's own accounting exactly.
+    let delta = |f: fn(&DiskStats) -> u64| (f(&d1) - f(&d0)) as f64;
+    let ours = |op: &str| {
+        after.sum("blkobs_requests_total", &[("device", n), ("op", op)])
+            - before.sum("blkobs_requests_total", &[("device", n), ("op", op)])
+    };
+    let (r, w, d, f) = (ours("read"), ours("write") + ours("write_zeroes"), ours("discard"), ours("flush"));
+    let (kr, kw, kd, kf) = (delta(|s| s.reads), delta(|s| s.writes), delta(|s| s.discards), delta(|s| s.flushes));
+    let lost = after.sum("blkobs_lost_completions_total", &[("device", n)]);
+    let untracked = after.sum("blkobs_untracked_completions_total", &[]) - before.sum("blkobs_untracked_completions_total", &[]);
+    let log_writes = after.sum("blkobs_requests_total", &[("device", n), ("op", "write"), ("log", "true")]);
+    let fua = after.sum("blkobs_requests_total", &[("device", n), ("op", "write"), ("fua", "true")]);
+    let preflush = after.sum("blkobs_requests_total", &[("device", n), ("op", "write"), ("preflush", "true")]);
+    eprintln!(
+        "{tag} diskstats r={kr} w={kw} d={kd} f={kf} | observer r={r} w={w} d={d} f={f} lost={lost} \
+         untracked={untracked} log_writes={log_writes} fua={fua} preflush={preflush}"
+    );
+    assert_eq!((r, w, d, f), (kr, kw, kd, kf), "{tag} reads, writes, discards, flushes vs /proc/diskstats");
+    assert_eq!(ours("other"), 0.0, "{tag} other ops");
+    assert!(r > 100.0 && w > 100.0 && f >= FSYNCS as f64 / 2.0, "{tag} workload too small to prove anything");
+    assert_eq!(lost, 0.0, "{tag} lost completions");
+    assert_eq!(untracked, 0.0, "{tag} untracked completions");
+    // Every fsync on a write-back cache makes the filesystem send PREFLUSH and/or FUA writes,
+    // which must keep those flags (captured before blk-flush.c strips them).
+    assert!(fua + preflush >= FSYNCS as f64, "{tag} {fua} FUA + {preflush} PREFLUSH writes for {FSYNCS} fsyncs");
+    assert!(log_writes >= FSYNCS as f64 / 2.0, "{tag} only {log_writes} log writes for {FSYNCS} fsyncs");
+
+    // Per class: queue + device = total (sums) and total-stage samples = requests - lost.
+    let classes: std::collections::BTreeSet<Vec<(String, String)>> = after
+        .select("blkobs_request_latency_seconds_sum", &[("device", n)])
+        .map(|s| s.labels.iter().filter(|(k, _)| *k != "stage").map(|(k, v)| (k.clone(), v.clone())).collect())
+        .collect();
+    for class in &classes {
+        let want: Vec<(&str, &str)> = class.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let stage = |st: &str, what: &str| {
+            let mut w = want.clone();
+            w.push(("stage", st));
+            after.sum(&format!("blkobs_request_latency_seconds_{what}"), &w)
+        };
+        let (q, dv, t) = (stage("queue", "sum"), stage("device", "sum"), stage("total", "sum"));
+        assert!((q + dv - t).abs() <= 1e-6 * t.max(1.0), "{tag} {class:?}: queue {q} + device {dv} != total {t}");
+        assert_eq!(stage("total", "count"), after.sum("blkobs_requests_total", &want), "{tag} {class:?}: samples");
+    }
+    // FUA writes on a device without FUA: the device stage runs to the end of the post-flush,
+    // so it is never shorter on average than the flush requests' own device time.
+    if fua > 0.0 {
+        let mean = |sel: &[(&str, &str)]| {
+            let mut c = sel.to_vec();
+            c.push(("stage", "device"));
+            after.sum("blkobs_request_latency_seconds_sum", &c) / after.sum("blkobs_request_latency_seconds_count", &c)
+        };
+        let (fua_dev, flush_dev) = (mean(&[("device", n), ("op", "write"), ("fua", "true")]), mean(&[("device", n), ("op", "flush")]));
+        eprintln!("{tag} mean device time: FUA writes {:.1} µs, flushes {:.1} µs", fua_dev * 1e6, flush_dev * 1e6);
+        assert!(fua_dev >= flush_dev, "{tag} FUA writes' device stage ({fua_dev} s) shorter than a flush ({flush_dev} s)");
+    }
+    drop(m);
+}
+
+/// Number of log ranges the daemon reports for `disk` in `GET /devices`.
+fn log_ranges(d: &Daemon, disk: &str) -> usize {
+    let (status, body) = d.get("/devices").expect("GET /devices");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("/devices is JSON");
+    v["devices"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["device"] == disk))
+        .and_then(|x| x["log_ranges"].as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
+fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+#[test]
+fn xfs_none() {
+    end_to_end("xfs", "none", "tp_btf");
+}
+
+#[test]
+fn xfs_mq_deadline() {
+    end_to_end("xfs", "mq-deadline", "tp_btf");
+}
+
+#[test]
+fn ext4_none() {
+    end_to_end("ext4", "none", "tp_btf");
+}
+
+#[test]
+fn ext4_mq_deadline() {
+    end_to_end("ext4", "mq-deadline", "tp_btf");
+}
+
+#[test]
+fn raw_tp_xfs_mq_deadline() {
+    end_to_end("xfs", "mq-deadline", "raw_tp");
+}
+
+#[test]
+fn raw_tp_ext4_none() {
+    end_to_end("ext4", "none", "raw_tp");
+}
