@@ -724,17 +724,6 @@ impl LogStatus {
             LogStatus::IoError => "io_error",
         }
     }
-
-    /// Every value, for documentation and tests.
-    pub const ALL: [LogStatus; 7] = [
-        LogStatus::Found,
-        LogStatus::NoJournal,
-        LogStatus::Unreadable,
-        LogStatus::NoDeviceNode,
-        LogStatus::Invalid,
-        LogStatus::ExternalLogMissing,
-        LogStatus::IoError,
-    ];
 }
 
 impl FsLogError {

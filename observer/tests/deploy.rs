@@ -485,7 +485,9 @@ fn unit_identity_finds_logs() {
     let sh_argv = |script: String| vec!["sh".to_string(), "-c".to_string(), script];
     let (ok, out) = run(in_unit(&cg, false, Some(disk), &sh_argv(format!("exec 3<>{}", fx.spare.path))));
     assert!(!ok && out.contains("Operation not permitted"), "write open under the unit's device policy: ok={ok} {out}");
-    let (ok, out) = run(Command::new("setpriv").args(&setpriv(65534, Some(disk))[1..]).args(["sh", "-c", &format!("exec 3<>{}", fx.spare.path)]));
+    let mut plain = Command::new("setpriv");
+    plain.args(&setpriv(65534, Some(disk))[1..]).args(["sh", "-c", &format!("exec 3<>{}", fx.spare.path)]);
+    let (ok, out) = run(plain);
     assert!(ok, "without the device policy group disk may open for writing (the policy is what refuses): {out}");
     let (ok, out) = run(in_unit(&cg, false, Some(disk), &sh_argv(format!(
         "dd if={} of=/dev/null bs=4096 count=1 iflag=direct status=none && cat /sys/dev/block/{}/inflight", fx.spare.path, fx.spare.sysfs("dev")))));

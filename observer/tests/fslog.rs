@@ -6,10 +6,7 @@
 
 mod common;
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::process::Command;
 
 use common::{fslog_witness::*, *};
 
