@@ -361,6 +361,11 @@ impl Fixture {
 /// Writes with O_DIRECT from a copy of dd named `blkobs-cgwriter` inside a fresh cgroup v2
 /// group; `/stalls` (every request slow with `slow_default.total = 1us`) must name that group.
 fn check_submitter_cgroup(d: &Daemon, dir: &Path, what: &str) {
+    check_submitter_cgroup_is(d, dir, what, true)
+}
+
+/// As [`check_submitter_cgroup`]; `named`: whether the path must be resolved (else `null`).
+fn check_submitter_cgroup_is(d: &Daemon, dir: &Path, what: &str, named: bool) {
     let cg = V2Cgroup::new();
     let dd = std::env::temp_dir().join(unique_name("dd")).join("blkobs-cgwriter");
     std::fs::create_dir_all(dd.parent().unwrap()).unwrap();
@@ -382,9 +387,13 @@ fn check_submitter_cgroup(d: &Daemon, dir: &Path, what: &str) {
         let mine: Vec<&Value> = v["slow"].as_array().unwrap().iter().filter(|s| s["submitter"]["comm"] == "blkobs-cgwriter").collect();
         if !mine.is_empty() {
             for s in &mine {
-                assert_eq!(s["submitter"]["cgroup"], cg.rel.as_str(), "{what}: submitter cgroup of {s}");
+                if named {
+                    assert_eq!(s["submitter"]["cgroup"], cg.rel.as_str(), "{what}: submitter cgroup of {s}");
+                } else {
+                    assert!(s["submitter"]["cgroup"].is_null(), "{what}: submitter cgroup of {s}");
+                }
             }
-            eprintln!("{what}: {} slow requests of blkobs-cgwriter attributed to {}", mine.len(), cg.rel);
+            eprintln!("{what}: {} slow requests of blkobs-cgwriter, cgroup {}", mine.len(), mine[0]["submitter"]["cgroup"]);
             return;
         }
         assert!(Instant::now() < deadline, "{what}: no slow request of blkobs-cgwriter in /stalls: {v}");
@@ -510,14 +519,20 @@ fn daemonset_view_finds_logs() {
     let unmount = [fx.mx.dir.as_path(), fx.me.dir.as_path()];
 
     let runc = DevCgroup::new(RUNC_DEVICES);
-    // Before: no host view.
+    // Before: no host view: neither the filesystems nor the submitters' cgroups.
+    let slow = dir.config("slow.toml", SLOW_ALL);
     let addr = free_addr();
-    let d = Daemon::spawn_cmd(in_daemonset(&runc, &unmount, &observer_argv(&dir, &addr, &[])), addr, &dir.0.join("nohost.log"));
+    let d = Daemon::spawn_cmd(
+        in_daemonset(&runc, &unmount, &observer_argv(&dir, &addr, &["--config", slow.to_str().unwrap()])),
+        addr,
+        &dir.0.join("nohost.log"),
+    );
     std::thread::sleep(Duration::from_secs(1));
     for name in [&fx.xfs.name, &fx.ext4.name] {
         assert!(fs_entry(&d, name).is_none(), "the container's own mount table has {name}:\n{:#}", devices(&d));
     }
     eprintln!("daemonset without host_root: the host's filesystems are not seen");
+    check_submitter_cgroup_is(&d, &fx.mx.dir, "daemonset without host_root", false);
     stop(d);
 
     // The manifest as shipped, runc's default device cgroup: unreadable, said so.
