@@ -568,3 +568,23 @@ fn daemonset_view_finds_logs() {
     stop(d);
     drop(cg);
 }
+
+/// As root (the README's way): the same features as in the other two deployments, for the
+/// table in docs/operations.md (log writes: tests/fslog.rs covers more layouts).
+#[test]
+fn root_features() {
+    if !require("root_features") {
+        return;
+    }
+    let fx = Fixture::new();
+    let dir = Dir::new();
+    let cfg = dir.config("observer.toml", SLOW_ALL);
+    let d = Daemon::start(&["--config", cfg.to_str().unwrap()]);
+    for name in [&fx.xfs.name, &fx.ext4.name] {
+        wait_status(&d, name, "found");
+        assert_eq!(status_metric(&d, name, "found"), 1.0);
+    }
+    fx.check_log_writes(&d, "root");
+    check_submitter_cgroup(&d, &fx.mx.dir, "root");
+    check_reload(&d, &cfg, SLOW_ALL, &fx.xfs.name, "root");
+}
