@@ -2,8 +2,9 @@
 //! filesystems are on disk and hands those ranges to the eBPF programs (`LOG_RANGES`), which
 //! then classify requests starting inside a range as [`observer_common::class::LOG`].
 //!
-//! Discovery, from scratch on every change of `/proc/self/mountinfo` (and every
-//! [`FORCE_REFRESH`] in any case):
+//! Discovery, from scratch on every change of the mount table (`/proc/self/mountinfo`, or the
+//! host's `<host_root>/proc/1/mountinfo` in a container, see [`Sources::for_host_root`]) and
+//! every [`FORCE_REFRESH`] in any case:
 //! 1. mountinfo → filesystems of type `xfs`, `ext4`, `ext3`, `ext2` and their device numbers;
 //! 2. `/sys/dev/block/M:m` → the device's whole disk, and for a partition its start
 //!    (`/sys/dev/block/M:m/start`, 512-byte sectors);
@@ -21,7 +22,7 @@
 //!    to `LOG_RANGES` (entries of disks that no longer have a log are deleted).
 //!
 //! A superblock that cannot be read or does not make sense is skipped with a warning (logged
-//! and shown in `/devices`), never fatal. Stacked devices (device-mapper, md) are not mapped to
+//! and shown in `/devices` with a [`LogStatus`], and in `blkobs_fs_log_status`), never fatal. Stacked devices (device-mapper, md) are not mapped to
 //! their underlying disks: their filesystems are listed without ranges.
 
 use std::{
