@@ -349,6 +349,10 @@ mod tests {
         assert!(e.contains("devices.include"), "{e}");
         let e = Config::from_toml("[maps]\ninflight_entries = 1", "t").unwrap_err().to_string();
         assert!(e.contains("maps.inflight_entries"), "{e}");
+        let e = Config::from_toml("host_root = \"host\"", "t").unwrap_err().to_string();
+        assert!(e.contains("host_root") && e.contains("absolute"), "{e}");
+        let c = Config::from_toml("host_root = \"/host\"", "t").unwrap();
+        assert_eq!(c.host_root.as_deref(), Some(std::path::Path::new("/host")));
     }
 
     #[test]

@@ -1246,6 +1246,33 @@ mod tests {
     }
 
     #[test]
+    fn host_root_sources() {
+        let s = Sources::for_host_root(Some(Path::new("/host")));
+        assert_eq!(s.mountinfo, Path::new("/host/proc/1/mountinfo"));
+        assert_eq!(s.dev_root, Path::new("/host/dev"));
+        assert_eq!(s.dev_path("/dev/loop3").as_deref(), Some("/host/dev/loop3"));
+        assert_eq!(s.dev_path("/dev/mapper/vg-lv").as_deref(), Some("/host/dev/mapper/vg-lv"));
+        assert_eq!(s.dev_path("/srv/img"), None);
+        let d = Sources::for_host_root(Some(Path::new("/")));
+        assert_eq!(d.mountinfo, Path::new("/proc/self/mountinfo"));
+        assert_eq!(Sources::for_host_root(None).dev_root, Path::new("/dev"));
+    }
+
+    #[test]
+    fn error_status() {
+        let io = |e: i32| FsLogError::Io { path: "x".into(), source: io::Error::from_raw_os_error(e) };
+        assert_eq!(io(libc::EACCES).status(), LogStatus::Unreadable);
+        assert_eq!(io(libc::EPERM).status(), LogStatus::Unreadable);
+        assert_eq!(io(libc::ENOENT).status(), LogStatus::NoDeviceNode);
+        assert_eq!(io(libc::EIO).status(), LogStatus::IoError);
+        let denied = FsLogError::Denied { path: "/dev/sda".into(), source: io::Error::from_raw_os_error(libc::EACCES) };
+        assert_eq!(denied.status(), LogStatus::Unreadable);
+        assert!(denied.to_string().contains("SupplementaryGroups=disk"), "{denied}");
+        assert_eq!(FsLogError::NoNode { dev: "7:0".into(), dev_root: "/dev".into() }.status(), LogStatus::NoDeviceNode);
+        assert_eq!(LogStatus::ExternalLogMissing.as_str(), "external_log_missing");
+    }
+
+    #[test]
     fn dev_t_decoding() {
         assert_eq!(decode_dev_t(0x0703), (7, 3));
         assert_eq!(decode_dev_t((259 << 8) | 0x05 | (0x100 << 12)), (259, 0x105));
