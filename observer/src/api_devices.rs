@@ -3,7 +3,8 @@
 //! ```json
 //! {"devices": [{"device": "loop3", "dev": "7:3", "sectors": 1433600, "write_cache": "write back",
 //!               "partitions": [{"name": "loop3p1", "dev": "259:0", "start": 2048, "sectors": 65536}],
-//!               "filesystems": [{"fstype": "xfs", "mountpoint": "/mnt", "device": "loop3p1", "role": "data+log"}],
+//!               "filesystems": [{"fstype": "xfs", "mountpoint": "/mnt", "device": "loop3p1", "role": "data+log",
+//!                                "log_status": "found"}],
 //!               "log_ranges": [{"start": 34816, "end": 55296, "sectors": 20480}]}],
 //!  "filesystems": [ ...fslog::Filesystem... ],
 //!  "warnings": ["..."], "updated_unix": 1700000000}
@@ -43,6 +44,11 @@ pub struct FsRef {
     pub device: String,
     /// `data`, `log` (an external log device) or `data+log`.
     pub role: &'static str,
+    /// Outcome of the filesystem's log discovery (`found`, `unreadable`, ...).
+    pub log_status: crate::fslog::LogStatus,
+    /// Why the log is unknown and what to grant or check, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// One disk.
@@ -120,6 +126,8 @@ pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
                         (true, false) => "data",
                         _ => "log",
                     },
+                    log_status: fs.log_status,
+                    warning: fs.warning.clone(),
                 });
             }
         }

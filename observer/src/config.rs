@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! listen = "127.0.0.1:9617"          # HTTP address for /metrics and the API
+//! host_root = "/host"                # in a container: the host's /proc, /dev, /sys/fs/cgroup are under it
 //!
 //! [devices]
 //! include = ["nvme*", "vd*"]         # glob patterns on kernel device names; empty = all
@@ -64,6 +65,12 @@ pub enum ConfigError {
 pub struct Config {
     /// HTTP listen address.
     pub listen: SocketAddr,
+    /// Where the host's `/proc`, `/dev` and `/sys/fs/cgroup` are mounted when the daemon runs in
+    /// a container (`/host` in packaging/k8s/daemonset.yaml): the host's mount table is read
+    /// from `<host_root>/proc/1/mountinfo`, device nodes are opened under `<host_root>/dev`,
+    /// cgroup paths are resolved under `<host_root>/sys/fs/cgroup`. Unset: the daemon's own
+    /// `/proc/self/mountinfo`, `/dev` and `/sys/fs/cgroup`.
+    pub host_root: Option<std::path::PathBuf>,
     /// Which devices are exported.
     pub devices: Devices,
     /// Exported histogram buckets.
@@ -170,6 +177,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             listen: DEFAULT_LISTEN.parse().expect("valid default"),
+            host_root: None,
             devices: Devices::default(),
             histogram: Histogram::default(),
             maps: Maps::default(),
@@ -209,6 +217,11 @@ impl Config {
 
     /// Checks values that parse but are unusable.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(r) = &self.host_root {
+            if !r.is_absolute() {
+                return Err(ConfigError::Invalid { key: "host_root", problem: format!("must be an absolute path, got {}", r.display()) });
+            }
+        }
         let b = &self.histogram.buckets;
         if b.is_empty() || b.len() > 200 {
             return Err(ConfigError::Invalid {
@@ -336,6 +349,10 @@ mod tests {
         assert!(e.contains("devices.include"), "{e}");
         let e = Config::from_toml("[maps]\ninflight_entries = 1", "t").unwrap_err().to_string();
         assert!(e.contains("maps.inflight_entries"), "{e}");
+        let e = Config::from_toml("host_root = \"host\"", "t").unwrap_err().to_string();
+        assert!(e.contains("host_root") && e.contains("absolute"), "{e}");
+        let c = Config::from_toml("host_root = \"/host\"", "t").unwrap();
+        assert_eq!(c.host_root.as_deref(), Some(std::path::Path::new("/host")));
     }
 
     #[test]

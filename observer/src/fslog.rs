@@ -2,8 +2,9 @@
 //! filesystems are on disk and hands those ranges to the eBPF programs (`LOG_RANGES`), which
 //! then classify requests starting inside a range as [`observer_common::class::LOG`].
 //!
-//! Discovery, from scratch on every change of `/proc/self/mountinfo` (and every
-//! [`FORCE_REFRESH`] in any case):
+//! Discovery, from scratch on every change of the mount table (`/proc/self/mountinfo`, or the
+//! host's `<host_root>/proc/1/mountinfo` in a container, see [`Sources::for_host_root`]) and
+//! every [`FORCE_REFRESH`] in any case:
 //! 1. mountinfo → filesystems of type `xfs`, `ext4`, `ext3`, `ext2` and their device numbers;
 //! 2. `/sys/dev/block/M:m` → the device's whole disk, and for a partition its start
 //!    (`/sys/dev/block/M:m/start`, 512-byte sectors);
@@ -21,14 +22,14 @@
 //!    to `LOG_RANGES` (entries of disks that no longer have a log are deleted).
 //!
 //! A superblock that cannot be read or does not make sense is skipped with a warning (logged
-//! and shown in `/devices`), never fatal. Stacked devices (device-mapper, md) are not mapped to
+//! and shown in `/devices` with a [`LogStatus`], and in `blkobs_fs_log_status`), never fatal. Stacked devices (device-mapper, md) are not mapped to
 //! their underlying disks: their filesystems are listed without ranges.
 
 use std::{
     collections::BTreeMap,
     fs::File,
     io,
-    os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt},
+    os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
     sync::{Arc, RwLock},
     time::{Duration, Instant, SystemTime},
@@ -51,8 +52,19 @@ pub const SUPPORTED: [&str; 4] = ["xfs", "ext4", "ext3", "ext2"];
 /// Errors of discovery. Each one skips a single filesystem; the message says what to check.
 #[derive(Debug, thiserror::Error)]
 pub enum FsLogError {
+    /// The device node exists but the daemon may not open it read-only (EACCES/EPERM).
+    #[error("cannot open {path} read-only: {source}; the daemon needs read access to block devices: \
+             under packaging/observer.service SupplementaryGroups=disk and DeviceAllow=block-* r (and the node owned \
+             by group disk, as udev makes it), in Kubernetes the host /dev under --host-root and a device cgroup that \
+             allows reading it, or run as root (docs/operations.md, \"Filesystem log discovery\")")]
+    Denied {
+        /// The device node.
+        path: String,
+        /// The error.
+        source: io::Error,
+    },
     /// A file or device could not be read.
-    #[error("cannot read {path}: {source}; check that it exists and that the daemon runs as root")]
+    #[error("cannot read {path}: {source}; check that it exists and is readable by the daemon (docs/operations.md)")]
     Io {
         /// What was read.
         path: String,
@@ -60,10 +72,13 @@ pub enum FsLogError {
         source: io::Error,
     },
     /// No block device node found for a device number.
-    #[error("no device node for block device {dev} (looked at /sys/dev/block/{dev}/uevent and /dev): is /dev populated (devtmpfs)?")]
+    #[error("no device node for block device {dev} under {dev_root} (looked at /sys/dev/block/{dev}/uevent DEVNAME and {dev_root}/block/{dev}): \
+             is /dev populated (devtmpfs), not hidden (systemd PrivateDevices=yes), and in a container the host's /dev mounted at <--host-root>/dev?")]
     NoNode {
         /// `M:m`.
         dev: String,
+        /// Where nodes were looked for.
+        dev_root: String,
     },
     /// The superblock is not of the expected filesystem.
     #[error("{device}: no {fstype} superblock (magic {magic:#x}); filesystem skipped: check the device with {check}")]
@@ -188,7 +203,7 @@ fn parse_devno(s: &str) -> Option<(u32, u32)> {
 }
 
 /// Resolves a block device number through `sys_dev_block` (normally `/sys/dev/block`).
-pub fn block_dev(sys_dev_block: &Path, major: u32, minor: u32) -> Result<BlockDev, FsLogError> {
+pub fn block_dev(sys_dev_block: &Path, dev_root: &Path, major: u32, minor: u32) -> Result<BlockDev, FsLogError> {
     let id = format!("{major}:{minor}");
     let link = sys_dev_block.join(&id);
     let dir = std::fs::canonicalize(&link).map_err(|source| FsLogError::Io { path: link.display().to_string(), source })?;
@@ -209,7 +224,7 @@ pub fn block_dev(sys_dev_block: &Path, major: u32, minor: u32) -> Result<BlockDe
         .and_then(|u| u.lines().find_map(|l| l.strip_prefix("DEVNAME=").map(str::to_string)))
         .unwrap_or_else(|| name.clone());
     Ok(BlockDev {
-        node: format!("/dev/{devname}"),
+        node: dev_root.join(&devname).display().to_string(),
         name,
         dev: id,
         sectors,
@@ -222,11 +237,17 @@ pub fn block_dev(sys_dev_block: &Path, major: u32, minor: u32) -> Result<BlockDe
 
 /// Opens a block device read-only, checking that the node is the expected device. Tries
 /// `O_DIRECT` first (reads what is on the device, not a stale page cache).
-fn open_dev(bd: &BlockDev, fallback: Option<&str>) -> Result<(File, String), FsLogError> {
+/// Only ever read-only: `O_RDONLY` (with `O_DIRECT` when the device allows it); the daemon
+/// reads superblocks, group descriptors, the journal inode and its extent blocks, nothing else.
+///
+/// `fallback` is the mount source (a path in the mount table's namespace, mapped under
+/// [`Sources::dev_root`]); every candidate must be a block device with the expected number.
+fn open_dev(bd: &BlockDev, fallback: Option<&str>, sources: &Sources) -> Result<(File, String), FsLogError> {
     let want = parse_devno(&bd.dev).map(|(a, b)| libc::makedev(a, b));
     let mut tried = Vec::new();
-    for path in std::iter::once(bd.node.as_str()).chain(fallback).chain(std::iter::once(format!("/dev/block/{}", bd.dev).as_str())) {
-        let ok = std::fs::metadata(path).map(|m| Some(m.rdev()) == want).unwrap_or(false);
+    let candidates = [Some(bd.node.clone()), fallback.and_then(|f| sources.dev_path(f)), Some(sources.dev_root.join("block").join(&bd.dev).display().to_string())];
+    for path in candidates.iter().flatten() {
+        let ok = std::fs::metadata(path).map(|m| m.file_type().is_block_device() && Some(m.rdev()) == want).unwrap_or(false);
         if !ok {
             tried.push(path.to_string());
             continue;
@@ -236,11 +257,14 @@ fn open_dev(bd: &BlockDev, fallback: Option<&str>) -> Result<(File, String), FsL
             .custom_flags(libc::O_DIRECT)
             .open(path)
             .or_else(|_| std::fs::OpenOptions::new().read(true).open(path))
-            .map_err(|source| FsLogError::Io { path: path.to_string(), source })?;
+            .map_err(|source| match source.raw_os_error() {
+                Some(libc::EACCES | libc::EPERM) => FsLogError::Denied { path: path.to_string(), source },
+                _ => FsLogError::Io { path: path.to_string(), source },
+            })?;
         return Ok((f, path.to_string()));
     }
     debug!(dev = %bd.dev, ?tried, "no matching device node");
-    Err(FsLogError::NoNode { dev: bd.dev.clone() })
+    Err(FsLogError::NoNode { dev: bd.dev.clone(), dev_root: sources.dev_root.display().to_string() })
 }
 
 /// Reads `len` bytes at byte `off`, with the alignment `O_DIRECT` needs (4 KiB).
@@ -660,9 +684,62 @@ pub struct Filesystem {
     pub log: Vec<LogExtent>,
     /// Log block size: XFS `sb_logsectsize` / ext4 block size (bytes), for reference.
     pub log_unit: u32,
-    /// Why the log is unknown, if it is.
+    /// Outcome of log discovery for this filesystem.
+    pub log_status: LogStatus,
+    /// Why the log is unknown, if it is (what to check or grant).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+}
+
+/// Outcome of log discovery for one filesystem (`log_status` in `/devices`, `status` label of
+/// `blkobs_fs_log_status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogStatus {
+    /// Log ranges found: its log writes are `log="true"`.
+    Found,
+    /// The filesystem has no journal (ext2): nothing to find.
+    NoJournal,
+    /// The device node exists but may not be opened read-only (EACCES/EPERM): grant read access.
+    Unreadable,
+    /// No device node for the filesystem's device under the device root.
+    NoDeviceNode,
+    /// The superblock or journal inode does not make sense.
+    Invalid,
+    /// An external log device could not be identified.
+    ExternalLogMissing,
+    /// Another I/O error.
+    IoError,
+}
+
+impl LogStatus {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogStatus::Found => "found",
+            LogStatus::NoJournal => "no_journal",
+            LogStatus::Unreadable => "unreadable",
+            LogStatus::NoDeviceNode => "no_device_node",
+            LogStatus::Invalid => "invalid",
+            LogStatus::ExternalLogMissing => "external_log_missing",
+            LogStatus::IoError => "io_error",
+        }
+    }
+}
+
+impl FsLogError {
+    /// The status this error gives a filesystem.
+    pub fn status(&self) -> LogStatus {
+        match self {
+            FsLogError::Denied { .. } => LogStatus::Unreadable,
+            FsLogError::Io { source, .. } if matches!(source.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => LogStatus::Unreadable,
+            FsLogError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => LogStatus::NoDeviceNode,
+            FsLogError::Io { .. } => LogStatus::IoError,
+            FsLogError::NoNode { .. } => LogStatus::NoDeviceNode,
+            FsLogError::Magic { .. } | FsLogError::Corrupt { .. } => LogStatus::Invalid,
+            FsLogError::ExternalLog { .. } => LogStatus::ExternalLogMissing,
+        }
+    }
 }
 
 /// The result of one discovery.
@@ -691,18 +768,46 @@ pub struct Range {
     pub sectors: u64,
 }
 
-/// Where discovery looks (overridable for tests).
+/// Where discovery looks.
 #[derive(Clone, Debug)]
 pub struct Sources {
-    /// `/proc/self/mountinfo`.
+    /// The mount table: `/proc/self/mountinfo`, or the host's `<host_root>/proc/1/mountinfo`.
     pub mountinfo: PathBuf,
-    /// `/sys/dev/block`.
+    /// `/sys/dev/block` (sysfs lists every block device of the kernel, also in a container).
     pub sys_dev_block: PathBuf,
+    /// Where device nodes are: `/dev`, or the host's `<host_root>/dev`.
+    pub dev_root: PathBuf,
 }
 
 impl Default for Sources {
     fn default() -> Self {
-        Sources { mountinfo: "/proc/self/mountinfo".into(), sys_dev_block: "/sys/dev/block".into() }
+        Sources { mountinfo: "/proc/self/mountinfo".into(), sys_dev_block: "/sys/dev/block".into(), dev_root: "/dev".into() }
+    }
+}
+
+impl Sources {
+    /// The sources for `--host-root DIR` (`host_root` in the config): the host's mount table
+    /// from `DIR/proc/1/mountinfo` (PID 1 of the host's PID namespace: the host's mount
+    /// namespace) and its device nodes under `DIR/dev`. Mount points in that table are host
+    /// paths and are never opened: only the device numbers and types are used, and device
+    /// nodes are found through `/sys/dev/block/M:m/uevent` (`DEVNAME`) under `DIR/dev`.
+    /// `None` (or `/`): the daemon's own mount table and `/dev`.
+    pub fn for_host_root(host_root: Option<&Path>) -> Sources {
+        match host_root {
+            Some(r) if r != Path::new("/") => Sources {
+                mountinfo: r.join("proc/1/mountinfo"),
+                sys_dev_block: "/sys/dev/block".into(),
+                dev_root: r.join("dev"),
+            },
+            _ => Sources::default(),
+        }
+    }
+
+    /// A device path from the mount table (`/dev/loop3`, a `logdev=` option) as seen here:
+    /// under [`Sources::dev_root`]; `None` for a path outside `/dev`.
+    pub fn dev_path(&self, p: &str) -> Option<String> {
+        let rest = p.strip_prefix("/dev/")?;
+        Some(self.dev_root.join(rest).display().to_string())
     }
 }
 
@@ -711,7 +816,7 @@ fn option_value<'a>(opts: &'a str, key: &str) -> Option<&'a str> {
 }
 
 fn xfs_logs(m: &MountEntry, bd: &BlockDev, sources: &Sources) -> Result<(Vec<LogExtent>, u32), FsLogError> {
-    let (f, path) = open_dev(bd, Some(&m.source))?;
+    let (f, path) = open_dev(bd, Some(&m.source), sources)?;
     let sb = f.read_exact_at_off(0, 512).map_err(|source| FsLogError::Io { path: path.clone(), source })?;
     let s = XfsSuper::parse(&sb, &path)?;
     let unit = if s.logsectsize == 0 { 512 } else { s.logsectsize as u32 };
@@ -721,13 +826,14 @@ fn xfs_logs(m: &MountEntry, bd: &BlockDev, sources: &Sources) -> Result<(Vec<Log
     let ext = |what: String| FsLogError::ExternalLog { mountpoint: m.mountpoint.clone(), what };
     let logdev = option_value(&m.super_options, "logdev").ok_or_else(|| ext("sb_logstart is 0 but no logdev= mount option".into()))?;
     let logdev = unescape(logdev);
-    let rdev = std::fs::metadata(&logdev).map_err(|e| ext(format!("{logdev}: {e}")))?.rdev();
-    let lbd = block_dev(&sources.sys_dev_block, libc::major(rdev), libc::minor(rdev))?;
+    let here = sources.dev_path(&logdev).unwrap_or_else(|| logdev.clone());
+    let rdev = std::fs::metadata(&here).map_err(|e| ext(format!("{logdev} (looked at {here}): {e}")))?.rdev();
+    let lbd = block_dev(&sources.sys_dev_block, &sources.dev_root, libc::major(rdev), libc::minor(rdev))?;
     Ok((vec![LogExtent::new(LogKind::External, &lbd, 0, lbd.sectors)], unit))
 }
 
 fn ext4_logs(m: &MountEntry, bd: &BlockDev, sources: &Sources) -> Result<(Vec<LogExtent>, u32), FsLogError> {
-    let (f, path) = open_dev(bd, Some(&m.source))?;
+    let (f, path) = open_dev(bd, Some(&m.source), sources)?;
     let io = |source| FsLogError::Io { path: path.clone(), source };
     let sb = f.read_exact_at_off(1024, 1024).map_err(io)?;
     let s = Ext4Super::parse(&sb, &path)?;
@@ -745,8 +851,8 @@ fn ext4_logs(m: &MountEntry, bd: &BlockDev, sources: &Sources) -> Result<(Vec<Lo
         return Err(ext("s_journal_inum and s_journal_dev are both 0".into()));
     }
     let (maj, min) = decode_dev_t(s.journal_dev);
-    let jbd = block_dev(&sources.sys_dev_block, maj, min).map_err(|e| ext(format!("s_journal_dev {maj}:{min}: {e}")))?;
-    let (jf, jpath) = open_dev(&jbd, None)?;
+    let jbd = block_dev(&sources.sys_dev_block, &sources.dev_root, maj, min).map_err(|e| ext(format!("s_journal_dev {maj}:{min}: {e}")))?;
+    let (jf, jpath) = open_dev(&jbd, None, sources)?;
     let jsb = jf.read_exact_at_off(1024, 1024).map_err(|source| FsLogError::Io { path: jpath.clone(), source })?;
     let js = Ext4Super::parse(&jsb, &jpath)?;
     if !js.is_journal_dev() || js.uuid != s.journal_uuid {
@@ -770,7 +876,7 @@ pub fn discover(mountinfo: &str, sources: &Sources) -> Discovery {
             d.filesystems[i].mountpoints.push(m.mountpoint.clone());
             continue;
         }
-        let bd = match block_dev(&sources.sys_dev_block, m.dev.0, m.dev.1) {
+        let bd = match block_dev(&sources.sys_dev_block, &sources.dev_root, m.dev.0, m.dev.1) {
             Ok(bd) => bd,
             Err(e) => {
                 d.warnings.push(format!("{} ({}): {e}", m.mountpoint, m.fstype));
@@ -778,12 +884,15 @@ pub fn discover(mountinfo: &str, sources: &Sources) -> Discovery {
             }
         };
         let result = if m.fstype == "xfs" { xfs_logs(&m, &bd, sources) } else { ext4_logs(&m, &bd, sources) };
-        let (log, log_unit, warning) = match result {
-            Ok((log, unit)) => (log, unit, None),
+        let (log, log_unit, log_status, warning) = match result {
+            Ok((log, unit)) => {
+                let st = if log.is_empty() { LogStatus::NoJournal } else { LogStatus::Found };
+                (log, unit, st, None)
+            }
             Err(e) => {
                 let w = format!("{} ({} on {}): {e}", m.mountpoint, m.fstype, bd.name);
                 d.warnings.push(w.clone());
-                (Vec::new(), 0, Some(w))
+                (Vec::new(), 0, e.status(), Some(w))
             }
         };
         by_dev.insert(m.dev, d.filesystems.len());
@@ -794,6 +903,7 @@ pub fn discover(mountinfo: &str, sources: &Sources) -> Discovery {
             device: bd,
             log,
             log_unit,
+            log_status,
             warning,
         });
     }
@@ -1001,7 +1111,35 @@ pub fn render_metrics(d: &Discovery) -> String {
     wf.set_help("Filesystems (or log ranges) skipped by the last log discovery; details in GET /devices and the log.".into());
     wf.set_field_type(MetricType::GAUGE);
     wf.set_metric(vec![warn_m]);
+    let mut st_ms = Vec::new();
+    for fs in &d.filesystems {
+        let mut m = Metric::default();
+        let mut g = Gauge::default();
+        g.set_value(1.0);
+        m.set_gauge(g);
+        m.set_label(
+            [("device", fs.device.disk.as_str()), ("fs_device", fs.device.name.as_str()), ("fstype", fs.fstype.as_str()),
+             ("mountpoint", fs.mountpoints[0].as_str()), ("status", fs.log_status.as_str())]
+                .iter()
+                .map(|(k, v)| {
+                    let mut l = LabelPair::default();
+                    l.set_name(k.to_string());
+                    l.set_value(v.to_string());
+                    l
+                })
+                .collect(),
+        );
+        st_ms.push(m);
+    }
+    let mut sf = MetricFamily::default();
+    sf.set_name("blkobs_fs_log_status".into());
+    sf.set_help("One series per mounted XFS/ext2/3/4 filesystem, value 1, status = outcome of its log discovery: found, no_journal, unreadable (grant read access to the device, see GET /devices), no_device_node, invalid, external_log_missing, io_error.".into());
+    sf.set_field_type(MetricType::GAUGE);
+    sf.set_metric(st_ms);
     let mut fams = vec![wf];
+    if !sf.get_metric().is_empty() {
+        fams.insert(0, sf);
+    }
     if !fam.get_metric().is_empty() {
         fams.insert(0, fam);
     }
@@ -1105,6 +1243,33 @@ mod tests {
         assert_eq!(m[0].dev, (98, 0));
         assert_eq!(option_value(&m[0].super_options, "logdev"), Some("/dev/loop4"));
         assert_eq!(m[1].fstype, "ext4");
+    }
+
+    #[test]
+    fn host_root_sources() {
+        let s = Sources::for_host_root(Some(Path::new("/host")));
+        assert_eq!(s.mountinfo, Path::new("/host/proc/1/mountinfo"));
+        assert_eq!(s.dev_root, Path::new("/host/dev"));
+        assert_eq!(s.dev_path("/dev/loop3").as_deref(), Some("/host/dev/loop3"));
+        assert_eq!(s.dev_path("/dev/mapper/vg-lv").as_deref(), Some("/host/dev/mapper/vg-lv"));
+        assert_eq!(s.dev_path("/srv/img"), None);
+        let d = Sources::for_host_root(Some(Path::new("/")));
+        assert_eq!(d.mountinfo, Path::new("/proc/self/mountinfo"));
+        assert_eq!(Sources::for_host_root(None).dev_root, Path::new("/dev"));
+    }
+
+    #[test]
+    fn error_status() {
+        let io = |e: i32| FsLogError::Io { path: "x".into(), source: io::Error::from_raw_os_error(e) };
+        assert_eq!(io(libc::EACCES).status(), LogStatus::Unreadable);
+        assert_eq!(io(libc::EPERM).status(), LogStatus::Unreadable);
+        assert_eq!(io(libc::ENOENT).status(), LogStatus::NoDeviceNode);
+        assert_eq!(io(libc::EIO).status(), LogStatus::IoError);
+        let denied = FsLogError::Denied { path: "/dev/sda".into(), source: io::Error::from_raw_os_error(libc::EACCES) };
+        assert_eq!(denied.status(), LogStatus::Unreadable);
+        assert!(denied.to_string().contains("SupplementaryGroups=disk"), "{denied}");
+        assert_eq!(FsLogError::NoNode { dev: "7:0".into(), dev_root: "/dev".into() }.status(), LogStatus::NoDeviceNode);
+        assert_eq!(LogStatus::ExternalLogMissing.as_str(), "external_log_missing");
     }
 
     #[test]

@@ -48,6 +48,11 @@ struct Cli {
     /// Exported histogram bucket bounds in seconds, comma separated, ascending.
     #[arg(long, value_delimiter = ',', value_name = "SECONDS")]
     buckets: Option<Vec<f64>>,
+    /// In a container: where the host's /proc, /dev and /sys/fs/cgroup are mounted (e.g. /host):
+    /// the host's mount table (<DIR>/proc/1/mountinfo), device nodes (<DIR>/dev) and cgroup
+    /// tree (<DIR>/sys/fs/cgroup) are read there. Overrides `host_root` in the config.
+    #[arg(long, value_name = "DIR")]
+    host_root: Option<PathBuf>,
     /// Check the configuration and exit.
     #[arg(long)]
     check_config: bool,
@@ -98,6 +103,9 @@ fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
     };
     if let Some(l) = cli.listen {
         cfg.listen = l;
+    }
+    if let Some(r) = &cli.host_root {
+        cfg.host_root = Some(r.clone());
     }
     if !cli.include.is_empty() {
         cfg.devices.include = cli.include.clone();
@@ -157,6 +165,10 @@ fn main() -> ExitCode {
 
 #[tokio::main]
 async fn run(cfg: Config, cli: Cli) -> anyhow::Result<()> {
+    stalls::set_cgroup_root(cfg.host_root.as_deref());
+    if let Some(r) = &cfg.host_root {
+        info!(host_root = %r.display(), "host view: mount table, device nodes and cgroups read under this directory");
+    }
     let (probes, maps) = probes::attach(cfg.maps.inflight_entries, cfg.maps.stats_memory_mib, cfg.stalls.settings())?;
     let state = Arc::new(server::AppState {
         maps,
@@ -176,7 +188,7 @@ async fn run(cfg: Config, cli: Cli) -> anyhow::Result<()> {
     fslog::spawn(
         move |want| fslog::sync_map(&mut fslog_state.maps.log_ranges.lock().expect("LOG_RANGES lock"), want),
         state.fslog.clone(),
-        fslog::Sources::default(),
+        fslog::Sources::for_host_root(cfg.host_root.as_deref()),
     )
     .context("starting the filesystem log discovery thread")?;
     let listener = tokio::net::TcpListener::bind(cfg.listen)

@@ -15,6 +15,7 @@
 //! | `blkobs_request_errors_total` | counter | device, op, status |
 //! | `blkobs_inflight_requests` | gauge | device, stage (queue, device) |
 //! | `blkobs_fs_log_sectors` | gauge (fslog.rs) | device, fs_device, fstype, mountpoint, kind, start |
+//! | `blkobs_fs_log_status` | gauge (fslog.rs), 1 per filesystem | device, fs_device, fstype, mountpoint, status (found, no_journal, unreadable, no_device_node, invalid, external_log_missing, io_error) |
 //! | `blkobs_fs_log_warnings` | gauge (fslog.rs) | |
 //! | `blkobs_untracked_completions_total`, `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info` | self-monitoring | |
 //!

@@ -63,6 +63,9 @@ pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.listen != new.listen {
         keys.push("listen");
     }
+    if old.host_root != new.host_root {
+        keys.push("host_root");
+    }
     if old.maps.inflight_entries != new.maps.inflight_entries {
         keys.push("maps.inflight_entries");
     }
@@ -77,6 +80,7 @@ pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     rest.histogram = old.histogram.clone();
     rest.stalls = old.stalls.clone();
     rest.listen = old.listen;
+    rest.host_root = old.host_root.clone();
     rest.maps = old.maps.clone();
     if rest != *old {
         keys.push("other startup-only keys");

@@ -63,7 +63,7 @@ pub struct Submitter {
     pub comm: String,
     /// cgroup v2 id.
     pub cgroup_id: u64,
-    /// cgroup v2 path under /sys/fs/cgroup, when it still exists.
+    /// cgroup v2 path (relative to the cgroup v2 mount: /sys/fs/cgroup, its unified/ on a hybrid host, or under --host-root), when it still exists.
     pub cgroup: Option<String>,
 }
 
@@ -72,7 +72,34 @@ fn comm(raw: &[u8; 16]) -> String {
     String::from_utf8_lossy(&raw[..end]).into_owned()
 }
 
-/// cgroup v2 id → path, by the inode numbers of /sys/fs/cgroup directories (kernfs ids).
+static CGROUP_ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Sets where the cgroup v2 tree is: `<host_root>/sys/fs/cgroup` (or `/sys/fs/cgroup`), or its
+/// `unified/` subdirectory on a hybrid (v1 + v2) host. Checked by filesystem magic, so a v1
+/// hierarchy is never searched for v2 ids. Call once at startup.
+pub fn set_cgroup_root(host_root: Option<&std::path::Path>) {
+    let _ = CGROUP_ROOT.set(find_cgroup2_root(host_root.unwrap_or(std::path::Path::new("/"))));
+}
+
+fn find_cgroup2_root(root: &std::path::Path) -> std::path::PathBuf {
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let base = root.join("sys/fs/cgroup");
+    for cand in [base.clone(), base.join("unified")] {
+        let Ok(c) = std::ffi::CString::new(cand.as_os_str().as_encoded_bytes()) else { continue };
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid C string and statfs buffer.
+        if unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0 && st.f_type as i64 == CGROUP2_SUPER_MAGIC {
+            return cand;
+        }
+    }
+    base
+}
+
+fn cgroup_root() -> &'static std::path::Path {
+    CGROUP_ROOT.get_or_init(|| find_cgroup2_root(std::path::Path::new("/")))
+}
+
+/// cgroup v2 id → path, by the inode numbers of the cgroup v2 tree's directories (kernfs ids).
 #[derive(Default)]
 pub struct CgroupNames(BTreeMap<u64, Option<String>>);
 
@@ -83,7 +110,7 @@ impl CgroupNames {
             return None;
         }
         if !self.0.contains_key(&id) {
-            let found = find_cgroup(std::path::Path::new("/sys/fs/cgroup"), id, 0);
+            let found = find_cgroup(cgroup_root(), id, 0);
             self.0.insert(id, found);
         }
         self.0.get(&id).cloned().flatten()
@@ -94,7 +121,7 @@ fn find_cgroup(dir: &std::path::Path, id: u64, depth: u32) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(dir).ok()?;
     if meta.ino() == id {
-        let rel = dir.strip_prefix("/sys/fs/cgroup").ok()?;
+        let rel = dir.strip_prefix(cgroup_root()).ok()?;
         return Some(format!("/{}", rel.display()));
     }
     if depth > 8 {

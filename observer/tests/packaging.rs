@@ -46,6 +46,11 @@ fn unit_verifies_and_scores_within_limit() {
     assert_eq!(directive(&unit, "DynamicUser"), ["yes"], "must run as a non-root (dynamic) user");
     assert_eq!(directive(&unit, "AmbientCapabilities"), ["CAP_BPF CAP_PERFMON"]);
     assert_eq!(directive(&unit, "CapabilityBoundingSet"), ["CAP_BPF CAP_PERFMON"]);
+    // Filesystem log discovery reads block devices: read-only, granted narrowly (docs/operations.md).
+    assert_eq!(directive(&unit, "SupplementaryGroups"), ["disk"]);
+    assert_eq!(directive(&unit, "PrivateDevices"), ["no"]);
+    assert_eq!(directive(&unit, "DevicePolicy"), ["closed"]);
+    assert_eq!(directive(&unit, "DeviceAllow"), ["block-* r"], "block devices: read only");
     assert!(directive(&unit, "ExecReload").iter().any(|v| v.contains("-HUP $MAINPID")), "ExecReload must send SIGHUP");
 
     let dir = TempDir::new("blkobs-unit");

@@ -2,6 +2,7 @@
 //! Every fixture cleans up in `Drop`, so a failing assertion leaves nothing behind.
 #![allow(dead_code)]
 
+pub mod fslog_witness;
 pub mod slowfs;
 
 use std::{
