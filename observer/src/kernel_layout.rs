@@ -237,9 +237,10 @@ mod tests {
     /// `bpftool btf dump file /sys/kernel/btf/vmlinux format c`, parsed here as text.
     #[test]
     fn layout_matches_bpftool_dump() {
+        let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false" | "no" | "off"));
         if !Path::new(VMLINUX_BTF).exists() {
-            assert!(std::env::var("CI").is_err(), "CI: {VMLINUX_BTF} missing");
-            eprintln!("skipping: no {VMLINUX_BTF}");
+            assert!(!ci, "cannot run under CI: no {VMLINUX_BTF}");
+            eprintln!("SKIPPED: no {VMLINUX_BTF}");
             return;
         }
         let btf = KernelBtf::from_file(VMLINUX_BTF).unwrap();
@@ -248,7 +249,7 @@ mod tests {
             .args(["btf", "dump", "file", VMLINUX_BTF, "format", "c"])
             .output();
         let Ok(dump) = dump else {
-            assert!(std::env::var("CI").is_err(), "CI: bpftool missing");
+            assert!(!ci, "cannot run under CI: bpftool missing (scripts/provision.sh installs it)");
             return;
         };
         let text = String::from_utf8_lossy(&dump.stdout);

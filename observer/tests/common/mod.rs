@@ -14,9 +14,29 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// True when running under CI, where a test that cannot run must fail.
+/// True when running under CI: `CI` set to anything but empty, `0`, `false`, `no` or `off`.
+/// There a test that cannot run fails instead of skipping.
 pub fn in_ci() -> bool {
-    std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false" | "no" | "off"))
+}
+
+/// Skips the calling test visibly, or panics under CI. The reason goes to stderr (written to
+/// the handle directly: libtest hides captured `eprintln!` of passing tests) and is appended to
+/// the file named by `BLKOBS_SKIP_LOG`, which `cargo xtask test` lists at the end of the run
+/// (and fails on, unless `--allow-skips`). Returns false, for `if !... { return }`.
+pub fn skip(why: &str) -> bool {
+    if in_ci() {
+        panic!("cannot run under CI: {why}");
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {why}");
+    if let Some(log) = std::env::var_os("BLKOBS_SKIP_LOG") {
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+            let test = std::thread::current().name().unwrap_or("?").to_string();
+            let _ = writeln!(f, "{} {test}: {why}", env!("CARGO_CRATE_NAME"));
+        }
+    }
+    false
 }
 
 /// Returns false (after saying why) if the test cannot run here; panics instead under CI.
@@ -27,12 +47,7 @@ pub fn require_root(test: &str) -> bool {
     if root && btf && tools {
         return true;
     }
-    let why = format!("{test}: needs root, /sys/kernel/btf/vmlinux and losetup/mkfs.xfs/fio (root={root} btf={btf} tools={tools}); run `cargo xtask test` as root");
-    if in_ci() {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED {why}");
-    false
+    skip(&format!("{test}: needs root, /sys/kernel/btf/vmlinux and losetup/mkfs.xfs/fio (root={root} btf={btf} tools={tools}); run `cargo xtask test` as root"))
 }
 
 pub fn which(tool: &str) -> bool {

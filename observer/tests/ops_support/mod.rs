@@ -15,9 +15,29 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// True when running in CI (`CI=true`): missing prerequisites are failures there.
+/// True when running under CI: `CI` set to anything but empty, `0`, `false`, `no` or `off`.
+/// There a test that cannot run fails instead of skipping.
 pub fn in_ci() -> bool {
-    std::env::var("CI").map(|v| v == "true").unwrap_or(false)
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false" | "no" | "off"))
+}
+
+/// Skips the calling test visibly, or panics under CI. The reason goes to stderr (written to
+/// the handle directly: libtest hides captured `eprintln!` of passing tests) and is appended to
+/// the file named by `BLKOBS_SKIP_LOG`, which `cargo xtask test` lists at the end of the run
+/// (and fails on, unless `--allow-skips`). Returns false, for `if !... { return }`.
+pub fn skip(why: &str) -> bool {
+    if in_ci() {
+        panic!("cannot run under CI: {why}");
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {why}");
+    if let Some(log) = std::env::var_os("BLKOBS_SKIP_LOG") {
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+            let test = std::thread::current().name().unwrap_or("?").to_string();
+            let _ = writeln!(f, "{} {test}: {why}", env!("CARGO_CRATE_NAME"));
+        }
+    }
+    false
 }
 
 /// Checks a prerequisite. Returns false (after printing) when the test should be skipped;
@@ -26,14 +46,7 @@ pub fn require(ok: bool, what: &str) -> bool {
     if ok {
         return true;
     }
-    if in_ci() {
-        panic!("prerequisite missing in CI: {what} (scripts/provision.sh installs the tools; tests run as root)");
-    }
-    // Written to the stderr handle directly: libtest captures only the print macros, so the
-    // skip is visible in a normal `cargo test` run.
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {what}");
-    false
+    skip(&format!("{what} (scripts/provision.sh installs the tools; tests run as root)"))
 }
 
 /// Whether the test runs as root.
