@@ -263,3 +263,29 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) 
     maps.set_settings(settings).map_err(|e| load_err("writing SETTINGS")(e.into()))?;
     Ok((Probes { _ebpf: ebpf, info: AttachInfo { mode, enter_tracepoint: enter_tp } }, maps))
 }
+
+#[cfg(test)]
+mod tests {
+    use object::{Object, ObjectSection, ObjectSymbol, RelocationTarget};
+
+    /// No program calls an out-of-line `memset`/`memcpy`/`memmove`/`memcmp`/`bcmp`: the compiler
+    /// emits them as global BPF subprograms, which kernels before ~6.6 refuse when handed a map
+    /// value ("reg type unsupported for arg#0 function memset", Debian 12's 6.1). Structs in
+    /// maps are written field by field instead (observer-ebpf `fill`, `put`).
+    #[test]
+    fn programs_call_no_memory_builtins() {
+        let obj = object::File::parse(super::OBJECT).expect("the embedded eBPF object is ELF");
+        let mut calls = Vec::new();
+        for section in obj.sections() {
+            for (_, reloc) in section.relocations() {
+                if let RelocationTarget::Symbol(i) = reloc.target() {
+                    let name = obj.symbol_by_index(i).ok().and_then(|s| s.name().ok().map(str::to_string)).unwrap_or_default();
+                    if ["memset", "memcpy", "memmove", "memcmp", "bcmp"].contains(&name.as_str()) {
+                        calls.push(format!("{} -> {name}", section.name().unwrap_or("?")));
+                    }
+                }
+            }
+        }
+        assert!(calls.is_empty(), "calls to out-of-line memory builtins: {calls:?}");
+    }
+}
