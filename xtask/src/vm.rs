@@ -123,6 +123,8 @@ fn spawn_virtiofsd(dir: &Path, sock: &Path, ro_mnt: Option<&Path>, log: &Path) -
     let rust = !d.starts_with("/usr/lib/qemu");
     let _ = fs::remove_file(sock);
     let mut script = String::from("set -e; ");
+    // The read-only host root does not change under the guest: let the guest cache it fully.
+    let cache = if ro_mnt.is_some() { "always" } else { "auto" };
     let src = match ro_mnt {
         Some(m) => {
             fs::create_dir_all(m)?;
@@ -133,9 +135,9 @@ fn spawn_virtiofsd(dir: &Path, sock: &Path, ro_mnt: Option<&Path>, log: &Path) -
     };
     let (src, sock) = (quote(&src.display().to_string()), quote(&sock.display().to_string()));
     script += &if rust {
-        format!("exec {} --socket-path={sock} --shared-dir={src} --cache=auto --sandbox=namespace", d.display())
+        format!("exec {} --socket-path={sock} --shared-dir={src} --cache={cache} --sandbox=namespace", d.display())
     } else {
-        format!("exec {} --socket-path={sock} -o source={src} -o cache=auto -o sandbox=namespace", d.display())
+        format!("exec {} --socket-path={sock} -o source={src} -o cache={cache} -o sandbox=namespace", d.display())
     };
     let logf = fs::File::create(log)?;
     Command::new("unshare")
@@ -200,7 +202,7 @@ fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Ou
     let mem = "3072M";
     let mut q = Command::new("qemu-system-x86_64");
     q.args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", mem, "-nographic", "-nodefaults", "-no-user-config"])
-        .args(["-serial", "stdio", "-no-reboot"])
+        .args(["-serial", "stdio", "-no-reboot", "-bios", "qboot.rom"])
         .args(["-object", &format!("memory-backend-memfd,id=mem,size={mem},share=on"), "-numa", "node,memdev=mem"])
         .args(["-chardev", &format!("socket,id=fs0,path={}", root_sock.display())])
         .args(["-device", "vhost-user-fs-pci,queue-size=1024,chardev=fs0,tag=hostroot"])

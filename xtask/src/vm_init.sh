@@ -14,7 +14,8 @@ mount -t devtmpfs dev /dev
 
 fail() { echo "BLKOBS-VM-FAIL: $*"; echo o > /proc/sysrq-trigger; sleep 30; }
 
-echo "BLKOBS-VM-INIT: kernel $(uname -r) ($LABEL)"
+up() { cut -d" " -f1 /proc/uptime; }
+echo "BLKOBS-VM-INIT: kernel $(uname -r) ($LABEL), uptime $(up)s"
 for m in $(cat /modules.order 2>/dev/null); do
   insmod "/modules/$m" || echo "BLKOBS-VM: insmod $m failed"
 done
@@ -35,15 +36,21 @@ mount -t debugfs debugfs $R/sys/kernel/debug || echo "BLKOBS-VM: no debugfs"
 mount -t cgroup2 cgroup2 $R/sys/fs/cgroup || echo "BLKOBS-VM: no cgroup2"
 mount -t bpf bpf $R/sys/fs/bpf || echo "BLKOBS-VM: no bpffs"
 mount -t virtiofs workspace "$R$WORKSPACE" || fail "mounting the workspace $WORKSPACE (virtiofs tag workspace)"
+echo "BLKOBS-VM: host root and workspace mounted, uptime $(up)s"
 
 # Test modules, with the host's kmod against the unpacked package (depmod ran on the host).
-for m in loop xfs ext4 mq-deadline dm-mod dm-delay dm-flakey raid1; do
-  if [ -e "/sys/module/$(echo $m | tr - _)" ]; then continue; fi
-  chroot $R /sbin/modprobe -d "$MODROOT" -S "$KVER" "$m" 2>&1 || echo "BLKOBS-VM: module $m not available on $KVER"
+# One modprobe for all (each start is slow under TCG); then report what is missing.
+MODS="loop xfs ext4 mq-deadline dm-mod dm-delay dm-flakey raid1"
+chroot $R /sbin/modprobe -a -d "$MODROOT" -S "$KVER" $MODS 2>&1
+for m in $MODS; do
+  [ -e "/sys/module/$(echo $m | tr - _)" ] && continue
+  grep -qE "/$m\.ko(\.xz|\.zst)?\$" "$R$MODROOT/lib/modules/$KVER/modules.builtin" && continue
+  echo "BLKOBS-VM: module $m not available on $KVER"
 done
 ip link set lo up
+echo "BLKOBS-VM: modules loaded, uptime $(up)s"
 
-echo "BLKOBS-VM-PAYLOAD-START"
+echo "BLKOBS-VM-PAYLOAD-START uptime $(up)s"
 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb \
   ${CI_VALUE:+CI="$CI_VALUE"} BLKOBS_VM=1 BLKOBS_VM_KERNEL="$LABEL" \
   chroot $R /bin/sh -c 'cd "$1" && exec /bin/sh "$2"' vm-payload "$WORKSPACE" "$PAYLOAD" </dev/console
