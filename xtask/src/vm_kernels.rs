@@ -146,6 +146,13 @@ pub fn fetch(apt: &Path, label: &str) -> Result<Kernel> {
     let mut errors = Vec::new();
     for (pkg, ver) in &cands {
         let file = debs.join(format!("{pkg}_{}_amd64.deb", ver.replace(':', "%3a")));
+        // The registry lists some packages it does not serve (404): remember those for a day.
+        let missing = debs.join(format!("{pkg}_{ver}.unavailable"));
+        let recent = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|e| e.as_secs() < 86_400));
+        if !file.exists() && recent(&missing) {
+            errors.push(format!("{pkg}={ver} (404 within the last day)"));
+            continue;
+        }
         if !file.exists() {
             eprintln!("[vm] {label}: apt-get download {pkg}={ver}");
             let st = Command::new("apt-get")
@@ -155,9 +162,13 @@ pub fn fetch(apt: &Path, label: &str) -> Result<Kernel> {
                 .status()?;
             if !st.success() || !file.exists() {
                 eprintln!("[vm] {label}: {pkg}={ver} not downloadable, trying the next older one");
+                let _ = fs::write(&missing, "");
                 errors.push(format!("{pkg}={ver}"));
                 continue;
             }
+        }
+        if !errors.is_empty() {
+            eprintln!("[vm] {label}: newer packages listed but not served: {}", errors.join(", "));
         }
         return unpack(label, pkg, &file);
     }
