@@ -64,7 +64,7 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
     eprintln!("[vm] {:<6} {:<28} {:>16} {:>10}  result", "label", "kernel", "boot->payload", "total");
     for o in &outcomes {
         let boot = o.boot.map_or("-".into(), |b| format!("{:.1}s", b.as_secs_f64()));
-        let res = o.error.as_deref().map_or("ok".to_string(), |e| e.lines().next().unwrap_or("").to_string());
+        let res = o.error.as_deref().map_or("ok", |e| e.split(['(', ';']).next().unwrap_or("").trim());
         eprintln!("[vm] {:<6} {:<28} {:>16} {:>9.1}s  {res}", o.label, o.kver, boot, o.total.as_secs_f64());
     }
     let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.error.is_some()).collect();
@@ -260,8 +260,17 @@ fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Ou
     };
     let total = start.elapsed();
     let _ = reader.join();
+    // virtiofsd exits when qemu disconnects; SIGTERM (lets it reap its sandbox child) if not.
+    let t = Instant::now();
     for mut f in fsds {
-        let _ = f.kill();
+        while f.try_wait().ok().flatten().is_none() && t.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if f.try_wait().ok().flatten().is_none() {
+            unsafe { libc::kill(f.id() as i32, libc::SIGTERM) };
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = f.kill();
+        }
         let _ = f.wait();
     }
     let _ = fs::remove_dir_all(&run);
