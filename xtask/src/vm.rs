@@ -217,7 +217,16 @@ fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Ou
         .stdout(Stdio::piped());
     eprintln!("[vm] {label}: booting {} ({})", k.vmlinuz.display(), k.kver);
     let start = Instant::now();
-    let mut qemu = q.spawn().context("starting qemu-system-x86_64: install qemu-system-x86 (bash scripts/provision.sh)")?;
+    let mut qemu = match q.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            for f in &mut fsds {
+                let _ = f.kill();
+                let _ = f.wait();
+            }
+            return Err(e).context("starting qemu-system-x86_64: install qemu-system-x86 (bash scripts/provision.sh)");
+        }
+    };
     let state = Arc::new(Mutex::new(Console::default()));
     let reader = {
         let (state, label) = (state.clone(), label.clone());
