@@ -38,7 +38,8 @@ mount -t bpf bpf $R/sys/fs/bpf || echo "BLKOBS-VM: no bpffs"
 mount -t virtiofs workspace "$R$WORKSPACE" || fail "mounting the workspace $WORKSPACE (virtiofs tag workspace)"
 echo "BLKOBS-VM: host root and workspace mounted, uptime $(up)s"
 
-# Test modules, with the host's kmod against the unpacked package (depmod ran on the host).
+# Test modules, with the host's kmod against the unpacked package (depmod ran on the host). The
+# payload gets its path as BLKOBS_VM_MODROOT for more: `modprobe -d "$BLKOBS_VM_MODROOT" null_blk`.
 # One modprobe for all (each start is slow under TCG); then report what is missing.
 MODS="loop xfs ext4 mq-deadline dm-mod dm-delay dm-flakey raid1"
 chroot $R /sbin/modprobe -a -d "$MODROOT" -S "$KVER" $MODS 2>&1
@@ -52,7 +53,7 @@ echo "BLKOBS-VM: modules loaded, uptime $(up)s"
 
 echo "BLKOBS-VM-PAYLOAD-START uptime $(up)s"
 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb \
-  ${CI_VALUE:+CI="$CI_VALUE"} BLKOBS_VM=1 BLKOBS_VM_KERNEL="$LABEL" \
+  ${CI_VALUE:+CI="$CI_VALUE"} BLKOBS_VM=1 BLKOBS_VM_KERNEL="$LABEL" BLKOBS_VM_MODROOT="$MODROOT" \
   chroot $R /bin/sh -c 'cd "$1" && exec /bin/sh "$2"' vm-payload "$WORKSPACE" "$PAYLOAD" </dev/console
 rc=$?
 echo "$rc" > "$R$WORKSPACE/$RCFILE"
