@@ -70,8 +70,9 @@ fn apt_opts(apt: &Path) -> Vec<String> {
         "-oDir::Etc::sourceparts=/nonexistent".into(),
         format!("-oDir::State::Lists={}", p("lists")),
         format!("-oDir::Cache={}", p("cache")),
-        "-oDir::Cache::pkgcache=".into(),
-        "-oDir::Cache::srcpkgcache=".into(),
+        // Our own binary caches (Docker-style images set these to "" host-wide: slow apt-cache).
+        "-oDir::Cache::pkgcache=pkgcache.bin".into(),
+        "-oDir::Cache::srcpkgcache=srcpkgcache.bin".into(),
         "-oAPT::Sandbox::User=root".into(),
         "-oAcquire::IndexTargets::deb::DEP-11::DefaultEnabled=false".into(),
         "-oAcquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false".into(),
