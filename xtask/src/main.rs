@@ -95,6 +95,7 @@ fn main() -> Result<()> {
             vm::run(&root(), vm::VmArgs { timeout_min: 12, ..Default::default() })
         }
         Task::Vmtest(args) => {
+            vm::check(&args)?;
             provision()?;
             vm::run(&root(), args)
         }

@@ -38,6 +38,16 @@ struct Outcome {
     error: Option<String>,
 }
 
+/// Rejects unknown kernel labels (before anything is installed or built).
+pub fn check(args: &VmArgs) -> Result<()> {
+    for k in &args.kernels {
+        if !LABELS.contains(&k.as_str()) {
+            bail!("unknown kernel label {k:?}: use --kernel with one of {}", LABELS.join(", "));
+        }
+    }
+    Ok(())
+}
+
 pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("cargo xtask vmtest needs root (apt-get download into /var/cache/blkobs-vm, virtiofsd): run it as root");
@@ -45,9 +55,16 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
     if args.kernels.is_empty() {
         args.kernels = LABELS.iter().map(|s| s.to_string()).collect();
     }
-    for k in &args.kernels {
-        if !LABELS.contains(&k.as_str()) {
-            bail!("unknown kernel label {k:?}: use --kernel with one of {}", LABELS.join(", "));
+    check(&args)?;
+    // One guest at a time on this machine, whichever checkout asks (2 cores).
+    fs::create_dir_all(vm_kernels::cache_dir())?;
+    let lock_path = vm_kernels::cache_dir().join("lock");
+    let lock = fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+    use std::os::fd::AsRawFd;
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        eprintln!("[vm] another vmtest holds {}: waiting for it", lock_path.display());
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            bail!("locking {}: {}", lock_path.display(), std::io::Error::last_os_error());
         }
     }
     let cmd = if args.cmd.is_empty() { build_matrix_test(root)? } else { args.cmd.clone() };
