@@ -71,3 +71,26 @@ if ! "$KV_VENV/bin/st" --version 2>/dev/null | grep -q "$ST_VERSION"; then
     || { log "pip install schemathesis failed: check access to PyPI"; exit 1; }
 fi
 log "operations tooling ready: $(prometheus --version 2>&1 | head -1), $(systemd-analyze --version | head -1), kubernetes-validate $("$KV_VENV/bin/kubernetes-validate" --version 2>&1)"
+
+# ---------------------------------------------------------------------------------------------
+# Kernel matrix (`cargo xtask vmtest`, xtask/src/vm.rs): boots Debian's own 5.10 / 6.1 / 6.12 cloud
+# kernels in qemu (TCG) with this host's root filesystem shared read-only over virtio-9p.
+# qemu-system-x86 boots them, busybox-static + cpio make the initramfs, kmod runs depmod on the
+# host and modprobe in the guest, dpkg/apt (always present) download and unpack the packages.
+VM_APT_PKGS=(qemu-system-x86 busybox-static cpio kmod xz-utils gzip iproute2)
+vm_missing=()
+for p in "${VM_APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || vm_missing+=("$p")
+done
+if [ "${#vm_missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing Debian packages for the kernel matrix: ${vm_missing[*]}"
+    log "run as root, or install them yourself: sudo apt-get install -y --no-install-recommends ${vm_missing[*]}"
+    exit 1
+  fi
+  log "installing kernel-matrix tooling: ${vm_missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${vm_missing[@]}" >/dev/null
+fi
+log "kernel-matrix tooling ready: $(qemu-system-x86_64 --version | head -1)"

@@ -1,9 +1,11 @@
-//! Project tasks: `cargo xtask provision | build | run | test | bench`.
+//! Project tasks: `cargo xtask provision | build | run | test | vmtest | bench`.
 //!
 //! Every task that builds first runs `scripts/provision.sh` (idempotent), so the two README
 //! commands work on a fresh Debian machine.
 
 mod bench;
+mod vm;
+mod vm_kernels;
 
 use std::{
     path::{Path, PathBuf},
@@ -30,12 +32,19 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Provision, then run every test (unit and real-kernel integration tests). Needs root.
+    /// Provision, then run every test (unit and real-kernel integration tests), then the kernel
+    /// matrix (`vmtest`: the matrix test in Debian's 5.10, 6.1 and 6.12 kernels). Needs root.
     Test {
+        /// Skip the kernel matrix (`vmtest`) after the host suite.
+        #[arg(long)]
+        no_vm: bool,
         /// Extra args for `cargo test`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Boot Debian's 5.10 / 6.1 / 6.12 cloud kernels in qemu, one at a time, and run the matrix
+    /// test (or the command after `--`) inside, with this host's root filesystem. Needs root.
+    Vmtest(vm::VmArgs),
     /// Provision, build, then measure tracing overhead with fio (see BENCHMARKS.md). Needs root.
     Bench(bench::BenchArgs),
 }
@@ -75,10 +84,20 @@ fn main() -> Result<()> {
             run(cargo().args(["build", "--release", "-p", "observer"]))?;
             run(Command::new(root().join("target/release/observer")).args(args))
         }
-        Task::Test { args } => {
+        Task::Test { no_vm, args } => {
             provision()?;
             // Integration tests share loop devices and the kernel's tracepoints: one at a time.
-            run(cargo().args(["test"]).args(&args).args(["--", "--test-threads=1"]))
+            run(cargo().args(["test"]).args(&args).args(["--", "--test-threads=1"]))?;
+            if no_vm {
+                eprintln!("\n######## KERNEL MATRIX SKIPPED (--no-vm): 5.10, 6.1, 6.12 NOT TESTED ########\n");
+                return Ok(());
+            }
+            vm::run(&root(), vm::VmArgs { timeout_min: 12, ..Default::default() })
+        }
+        Task::Vmtest(args) => {
+            vm::check(&args)?;
+            provision()?;
+            vm::run(&root(), args)
         }
         Task::Bench(args) => {
             provision()?;

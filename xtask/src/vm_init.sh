@@ -1,0 +1,63 @@
+#!/bin/sh
+# /init of the kernel-matrix initramfs (xtask/src/vm.rs writes it with busybox-static, the modules
+# needed to reach the host's root filesystem and /vm.conf). Mounts the host root (virtiofs, read-only)
+# at /mnt/root, the workspace (virtiofs, read-write) at its own path inside it, loads the test modules
+# with the host's modprobe, runs the payload chrooted into the host root and powers off.
+# The console lines starting with BLKOBS-VM- are read by the host: keep them in step with vm.rs.
+/bin/busybox --install -s /bin
+export PATH=/bin
+mkdir -p /proc /sys /dev /mnt/root
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+. /vm.conf   # LABEL KVER MODROOT WORKSPACE CI_VALUE
+
+fail() { echo "BLKOBS-VM-FAIL: $*"; echo o > /proc/sysrq-trigger; sleep 30; }
+
+up() { cut -d" " -f1 /proc/uptime; }
+echo "BLKOBS-VM-INIT: kernel $(uname -r) ($LABEL), uptime $(up)s"
+for m in $(cat /modules.order 2>/dev/null); do
+  insmod "/modules/$m" || echo "BLKOBS-VM: insmod $m failed"
+done
+
+R=/mnt/root
+mount -t virtiofs -o ro hostroot $R || fail "mounting the host root (virtiofs tag hostroot)"
+mount -t proc proc $R/proc
+mount -t sysfs sys $R/sys
+mount -t devtmpfs dev $R/dev
+mkdir -p $R/dev/pts $R/dev/shm
+mount -t devpts -o newinstance,ptmxmode=0666 devpts $R/dev/pts
+mount -t tmpfs -o size=1536m,mode=1777 tmpfs $R/tmp
+mount -t tmpfs -o mode=755 tmpfs $R/run
+mount -t tmpfs -o size=256m,mode=1777 tmpfs $R/var/tmp
+mount -t tmpfs -o mode=1777 tmpfs $R/dev/shm
+mount -t tracefs tracefs $R/sys/kernel/tracing || echo "BLKOBS-VM: no tracefs"
+mount -t debugfs debugfs $R/sys/kernel/debug || echo "BLKOBS-VM: no debugfs"
+mount -t cgroup2 cgroup2 $R/sys/fs/cgroup || echo "BLKOBS-VM: no cgroup2"
+mount -t bpf bpf $R/sys/fs/bpf || echo "BLKOBS-VM: no bpffs"
+mount -t virtiofs workspace "$R$WORKSPACE" || fail "mounting the workspace $WORKSPACE (virtiofs tag workspace)"
+echo "BLKOBS-VM: host root and workspace mounted, uptime $(up)s"
+
+# Test modules, with the host's kmod against the unpacked package (depmod ran on the host). The
+# payload gets its path as BLKOBS_VM_MODROOT for more: `modprobe -d "$BLKOBS_VM_MODROOT" null_blk`.
+# One modprobe for all (each start is slow under TCG); then report what is missing.
+MODS="loop xfs ext4 mq-deadline dm-mod dm-delay dm-flakey raid1"
+chroot $R /sbin/modprobe -a -d "$MODROOT" -S "$KVER" $MODS 2>&1
+for m in $MODS; do
+  [ -e "/sys/module/$(echo $m | tr - _)" ] && continue
+  grep -qE "/$m\.ko(\.xz|\.zst)?\$" "$R$MODROOT/lib/modules/$KVER/modules.builtin" && continue
+  echo "BLKOBS-VM: module $m not available on $KVER"
+done
+ip link set lo up
+echo "BLKOBS-VM: modules loaded, uptime $(up)s"
+
+echo "BLKOBS-VM-PAYLOAD-START uptime $(up)s"
+env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb \
+  ${CI_VALUE:+CI="$CI_VALUE"} BLKOBS_VM=1 BLKOBS_VM_KERNEL="$LABEL" BLKOBS_VM_MODROOT="$MODROOT" \
+  chroot $R /bin/sh -c 'cd "$1" && exec /bin/sh "$2"' vm-payload "$WORKSPACE" "$PAYLOAD" </dev/console
+rc=$?
+echo "$rc" > "$R$WORKSPACE/$RCFILE"
+sync
+echo "BLKOBS-VM-RC=$rc"
+echo o > /proc/sysrq-trigger
+sleep 30
