@@ -94,3 +94,8 @@ if [ "${#vm_missing[@]}" -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${vm_missing[@]}" >/dev/null
 fi
 log "kernel-matrix tooling ready: $(qemu-system-x86_64 --version | head -1)"
+
+# Tests read tracefs (the ftrace witness, tracepoint lists); a fresh machine has it unmounted.
+if [ "$(id -u)" -eq 0 ] && ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
+  mount -t tracefs tracefs /sys/kernel/tracing && log "mounted tracefs at /sys/kernel/tracing"
+fi

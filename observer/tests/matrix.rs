@@ -18,9 +18,10 @@ use common::*;
 const OPS: [&str; 6] = ["read", "write", "flush", "discard", "write_zeroes", "other"];
 const FSYNCS: usize = 60;
 
-/// The tracepoint this kernel has for "a bio became a request", witnessed by tracefs (which
-/// the harness and `cargo xtask test` mount), not by the daemon's own BTF reading.
+/// The tracepoint this kernel has for "a bio became a request", witnessed by tracefs, not by
+/// the daemon's own BTF reading.
 fn expected_enter_tracepoint() -> &'static str {
+    common::fslog_witness::ensure_tracefs();
     let events = Path::new("/sys/kernel/tracing/events/block");
     assert!(events.is_dir(), "tracefs is not mounted at /sys/kernel/tracing (run through `cargo xtask test`)");
     if events.join("block_io_start").is_dir() {

@@ -38,6 +38,10 @@ enum Task {
         /// Skip the kernel matrix (`vmtest`) after the host suite.
         #[arg(long)]
         no_vm: bool,
+        /// Succeed even if tests were skipped (they are still listed). Without it, any skipped
+        /// test makes the run fail.
+        #[arg(long)]
+        allow_skips: bool,
         /// Extra args for `cargo test`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -72,6 +76,27 @@ fn cargo() -> Command {
     c
 }
 
+/// Lists the tests that skipped (one line each, written by the tests themselves) and fails
+/// unless `allow` is set: a run that skipped tests has not proven what it did not run.
+fn report_skips(log: &Path, allow: bool) -> Result<()> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let skipped: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if skipped.is_empty() {
+        eprintln!("no test skipped");
+        return Ok(());
+    }
+    eprintln!("\n{} test(s) SKIPPED:", skipped.len());
+    for line in &skipped {
+        eprintln!("  {line}");
+    }
+    if allow {
+        eprintln!("(--allow-skips: not failing the run)");
+        Ok(())
+    } else {
+        bail!("{} test(s) skipped: fix their prerequisites (run as root after scripts/provision.sh), or pass --allow-skips", skipped.len())
+    }
+}
+
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Provision => provision(),
@@ -84,15 +109,23 @@ fn main() -> Result<()> {
             run(cargo().args(["build", "--release", "-p", "observer"]))?;
             run(Command::new(root().join("target/release/observer")).args(args))
         }
-        Task::Test { no_vm, args } => {
+        Task::Test { no_vm, allow_skips, args } => {
             provision()?;
+            // Tests that cannot run here record why in this file (observer/tests/common `skip`).
+            let skip_log = root().join("target/skipped-tests.txt");
+            let _ = std::fs::remove_file(&skip_log);
             // Integration tests share loop devices and the kernel's tracepoints: one at a time.
-            run(cargo().args(["test"]).args(&args).args(["--", "--test-threads=1"]))?;
-            if no_vm {
+            let host = run(cargo().env("BLKOBS_SKIP_LOG", &skip_log).args(["test"]).args(&args).args(["--", "--test-threads=1"]));
+            let matrix = if no_vm {
                 eprintln!("\n######## KERNEL MATRIX SKIPPED (--no-vm): 5.10, 6.1, 6.12 NOT TESTED ########\n");
-                return Ok(());
-            }
-            vm::run(&root(), vm::VmArgs { timeout_min: 12, ..Default::default() })
+                Ok(())
+            } else if host.is_ok() {
+                vm::run(&root(), vm::VmArgs { timeout_min: 12, ..Default::default() })
+            } else {
+                Ok(())
+            };
+            report_skips(&skip_log, allow_skips)?;
+            host.and(matrix)
         }
         Task::Vmtest(args) => {
             vm::check(&args)?;
