@@ -69,6 +69,10 @@ pub const fn bucket_index(ns: u64) -> usize {
     if h >= MAX_LOG2 {
         return NBUCKETS - 1;
     }
+    // u ≥ 2·SUB_BUCKETS, so h ≥ SUB_BITS + 1 already; saying so lets the verifiers of 5.10 and
+    // 6.1 bound the index (they cannot relate h to u, explore h < SUB_BITS, see the subtraction
+    // below wrap, and then refuse `buckets[i]`).
+    let h = if h < SUB_BITS + 1 { SUB_BITS + 1 } else { h };
     let sub = ((u >> (h - SUB_BITS)) as usize) & (SUB_BUCKETS - 1);
     (((h - SUB_BITS + 1) as usize) << SUB_BITS) | sub
 }
