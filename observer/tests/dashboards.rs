@@ -6,7 +6,7 @@
 //! Run as root: `cargo test -p observer --test dashboards`. Without root or tools the live test
 //! skips, except with `CI=true`, where it fails.
 
-mod ops_support;
+mod support;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -16,12 +16,16 @@ use std::{
     time::Duration,
 };
 
-use ops_support::*;
 use serde_json::Value;
+use support::*;
 
 /// Grafana's built-in variables the dashboards may use, with the value the test substitutes
 /// (scrape interval 1 s: Grafana's $__rate_interval would be ≥ 4 s; 10 s is safe).
-const BUILTINS: &[(&str, &str)] = &[("__rate_interval", "10s"), ("__interval", "2s"), ("__range", "1m")];
+const BUILTINS: &[(&str, &str)] = &[
+    ("__rate_interval", "10s"),
+    ("__interval", "2s"),
+    ("__range", "1m"),
+];
 
 struct Dashboard {
     file: String,
@@ -41,8 +45,12 @@ fn dashboards() -> Vec<Dashboard> {
         .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
-            let json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: invalid JSON: {e}", p.display()));
-            Dashboard { file: p.file_name().unwrap().to_string_lossy().into_owned(), json }
+            let json = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{}: invalid JSON: {e}", p.display()));
+            Dashboard {
+                file: p.file_name().unwrap().to_string_lossy().into_owned(),
+                json,
+            }
         })
         .collect()
 }
@@ -65,9 +73,18 @@ fn exprs(d: &Value) -> Vec<(String, String, String)> {
         .into_iter()
         .flat_map(|p| {
             let title = p["title"].as_str().unwrap_or("?").to_string();
-            p["targets"].as_array().cloned().unwrap_or_default().into_iter().map(move |t| {
-                (title.clone(), t["refId"].as_str().unwrap_or("?").to_string(), t["expr"].as_str().unwrap_or("").to_string())
-            })
+            p["targets"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |t| {
+                    (
+                        title.clone(),
+                        t["refId"].as_str().unwrap_or("?").to_string(),
+                        t["expr"].as_str().unwrap_or("").to_string(),
+                    )
+                })
         })
         .collect()
 }
@@ -78,7 +95,12 @@ fn variables(d: &Value) -> BTreeMap<String, Value> {
         .as_array()
         .expect("templating.list")
         .iter()
-        .map(|v| (v["name"].as_str().expect("variable name").to_string(), v.clone()))
+        .map(|v| {
+            (
+                v["name"].as_str().expect("variable name").to_string(),
+                v.clone(),
+            )
+        })
         .collect()
 }
 
@@ -89,7 +111,11 @@ fn used_vars(s: &str) -> BTreeSet<String> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'$' {
-            let (start, braced) = if b.get(i + 1) == Some(&b'{') { (i + 2, true) } else { (i + 1, false) };
+            let (start, braced) = if b.get(i + 1) == Some(&b'{') {
+                (i + 2, true)
+            } else {
+                (i + 1, false)
+            };
             let mut j = start;
             while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
                 j += 1;
@@ -97,7 +123,11 @@ fn used_vars(s: &str) -> BTreeSet<String> {
             if j > start {
                 out.insert(s[start..j].to_string());
             }
-            i = if braced { s[j..].find('}').map(|k| j + k + 1).unwrap_or(j) } else { j };
+            i = if braced {
+                s[j..].find('}').map(|k| j + k + 1).unwrap_or(j)
+            } else {
+                j
+            };
         } else {
             i += 1;
         }
@@ -111,7 +141,9 @@ fn substitute(expr: &str, values: &BTreeMap<String, String>) -> String {
     names.sort_by_key(|n| std::cmp::Reverse(n.len()));
     let mut s = expr.to_string();
     for n in names {
-        s = s.replace(&format!("${{{n}}}"), &values[n]).replace(&format!("${n}"), &values[n]);
+        s = s
+            .replace(&format!("${{{n}}}"), &values[n])
+            .replace(&format!("${n}"), &values[n]);
     }
     s
 }
@@ -123,7 +155,11 @@ fn is_ds_ref(v: &Value) -> bool {
 #[test]
 fn dashboards_are_well_formed() {
     let all = dashboards();
-    assert!(all.len() >= 3, "expected the overview, filesystem-log and stalls dashboards, found {}", all.len());
+    assert!(
+        all.len() >= 3,
+        "expected the overview, filesystem-log and stalls dashboards, found {}",
+        all.len()
+    );
     let mut uids = BTreeSet::new();
     let mut problems = Vec::new();
     for Dashboard { file, json: d } in &all {
@@ -149,12 +185,19 @@ fn dashboards_are_well_formed() {
         }
         for (name, v) in &vars {
             if v["type"] == "query" {
-                let q = v["query"]["query"].as_str().or(v["query"].as_str()).unwrap_or("");
+                let q = v["query"]["query"]
+                    .as_str()
+                    .or(v["query"].as_str())
+                    .unwrap_or("");
                 if !q.starts_with("label_values(") {
-                    bad(format!("variable {name}: query {q:?} is not label_values(...)"));
+                    bad(format!(
+                        "variable {name}: query {q:?} is not label_values(...)"
+                    ));
                 }
                 if !is_ds_ref(&v["datasource"]) {
-                    bad(format!("variable {name}: datasource is not ${{datasource}}"));
+                    bad(format!(
+                        "variable {name}: datasource is not ${{datasource}}"
+                    ));
                 }
             }
         }
@@ -168,9 +211,16 @@ fn dashboards_are_well_formed() {
                 bad(format!("panel {title:?}: id {id:?} missing or duplicated"));
             }
             let g = &p["gridPos"];
-            let (x, y, w, h) = (g["x"].as_i64(), g["y"].as_i64(), g["w"].as_i64(), g["h"].as_i64());
+            let (x, y, w, h) = (
+                g["x"].as_i64(),
+                g["y"].as_i64(),
+                g["w"].as_i64(),
+                g["h"].as_i64(),
+            );
             match (x, y, w, h) {
-                (Some(x), Some(y), Some(w), Some(h)) if x >= 0 && y >= 0 && w > 0 && h > 0 && x + w <= 24 => {
+                (Some(x), Some(y), Some(w), Some(h))
+                    if x >= 0 && y >= 0 && w > 0 && h > 0 && x + w <= 24 =>
+                {
                     rects.push((title.to_string(), x, y, w, h))
                 }
                 _ => bad(format!("panel {title:?}: invalid gridPos {g}")),
@@ -179,11 +229,16 @@ fn dashboards_are_well_formed() {
                 continue;
             }
             if !is_ds_ref(&p["datasource"]) {
-                bad(format!("panel {title:?}: datasource {} is not {{prometheus, ${{datasource}}}}", p["datasource"]));
+                bad(format!(
+                    "panel {title:?}: datasource {} is not {{prometheus, ${{datasource}}}}",
+                    p["datasource"]
+                ));
             }
             if let Some(r) = p["repeat"].as_str() {
                 if vars.get(r).is_none_or(|v| v["multi"] != true) {
-                    bad(format!("panel {title:?}: repeats over {r:?}, which is not a multi-value variable"));
+                    bad(format!(
+                        "panel {title:?}: repeats over {r:?}, which is not a multi-value variable"
+                    ));
                 }
             }
             if p["description"].as_str().unwrap_or("").is_empty() {
@@ -197,10 +252,14 @@ fn dashboards_are_well_formed() {
             for t in &targets {
                 let r = t["refId"].as_str().unwrap_or("");
                 if r.is_empty() || !refs.insert(r.to_string()) {
-                    bad(format!("panel {title:?}: refId {r:?} missing or duplicated"));
+                    bad(format!(
+                        "panel {title:?}: refId {r:?} missing or duplicated"
+                    ));
                 }
                 if !t["datasource"].is_null() && !is_ds_ref(&t["datasource"]) {
-                    bad(format!("panel {title:?} {r}: target datasource is not ${{datasource}}"));
+                    bad(format!(
+                        "panel {title:?} {r}: target datasource is not ${{datasource}}"
+                    ));
                 }
                 let e = t["expr"].as_str().unwrap_or("");
                 if e.trim().is_empty() {
@@ -211,14 +270,19 @@ fn dashboards_are_well_formed() {
                         bad(format!("panel {title:?} {r}: undefined variable ${v}"));
                     }
                 }
-                if p["type"] == "heatmap" && (t["format"] != "heatmap" || !e.contains("_bucket") || !e.contains("by (le)")) {
+                if p["type"] == "heatmap"
+                    && (t["format"] != "heatmap"
+                        || !e.contains("_bucket")
+                        || !e.contains("by (le)"))
+                {
                     bad(format!("panel {title:?} {r}: heatmap target must be format=heatmap over _bucket by (le)"));
                 }
             }
         }
         for (i, a) in rects.iter().enumerate() {
             for b in &rects[i + 1..] {
-                let overlap = a.1 < b.1 + b.3 && b.1 < a.1 + a.3 && a.2 < b.2 + b.4 && b.2 < a.2 + a.4;
+                let overlap =
+                    a.1 < b.1 + b.3 && b.1 < a.1 + a.3 && a.2 < b.2 + b.4 && b.2 < a.2 + a.4;
                 if overlap {
                     bad(format!("panels {:?} and {:?} overlap", a.0, b.0));
                 }
@@ -228,15 +292,27 @@ fn dashboards_are_well_formed() {
             bad("no expressions".into());
         }
     }
-    assert!(problems.is_empty(), "dashboard problems:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "dashboard problems:\n{}",
+        problems.join("\n")
+    );
 }
 
 #[test]
 fn structure_checks_catch_mistakes() {
     // The helpers above must see what they are meant to see.
-    assert_eq!(used_vars("rate(x{d=~\"$device\"}[$__rate_interval]) ${op:regex}"), ["__rate_interval", "device", "op"].map(String::from).into());
-    let vals: BTreeMap<String, String> = [("device", "loop3"), ("devices", "X")].map(|(a, b)| (a.to_string(), b.to_string())).into();
-    assert_eq!(substitute("{a=~\"$device\",b=\"${devices}\"}", &vals), "{a=~\"loop3\",b=\"X\"}");
+    assert_eq!(
+        used_vars("rate(x{d=~\"$device\"}[$__rate_interval]) ${op:regex}"),
+        ["__rate_interval", "device", "op"].map(String::from).into()
+    );
+    let vals: BTreeMap<String, String> = [("device", "loop3"), ("devices", "X")]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .into();
+    assert_eq!(
+        substitute("{a=~\"$device\",b=\"${devices}\"}", &vals),
+        "{a=~\"loop3\",b=\"X\"}"
+    );
 }
 
 /// Prometheus HTTP API GET, returning the JSON body also for 4xx/5xx (errors are in the body).
@@ -251,7 +327,9 @@ fn prom_get(base: &str, path: &str, params: &[(&str, &str)]) -> Result<Value, St
         Err(e) => return Err(format!("transport: {e}")),
     };
     let mut s = String::new();
-    resp.into_reader().read_to_string(&mut s).map_err(|e| e.to_string())?;
+    resp.into_reader()
+        .read_to_string(&mut s)
+        .map_err(|e| e.to_string())?;
     let v: Value = serde_json::from_str(&s).map_err(|e| format!("not JSON ({e}): {s}"))?;
     if v["status"] != "success" {
         return Err(format!("{}: {}", v["errorType"], v["error"]));
@@ -262,7 +340,11 @@ fn prom_get(base: &str, path: &str, params: &[(&str, &str)]) -> Result<Value, St
 /// Instant query; Ok(number of series with a finite value).
 fn instant(base: &str, q: &str) -> Result<usize, String> {
     let data = prom_get(base, "/api/v1/query", &[("query", q)])?;
-    let finite = |v: &Value| v[1].as_str().and_then(|s| s.parse::<f64>().ok()).is_some_and(f64::is_finite);
+    let finite = |v: &Value| {
+        v[1].as_str()
+            .and_then(|s| s.parse::<f64>().ok())
+            .is_some_and(f64::is_finite)
+    };
     match data["resultType"].as_str() {
         Some("vector") => {
             let r = data["result"].as_array().cloned().unwrap_or_default();
@@ -317,18 +399,39 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
         return;
     }
     let dir = TempDir::new("blkobs-dash");
-    let dev = LoopDev::new(512);
+    let dev = LoopDev::kernel_scheduler(512);
     // XFS on it, so the load produces filesystem log writes (log="true") as well.
     let mnt = dir.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    assert!(Command::new("mkfs.xfs").args(["-q", "-f"]).arg(&dev.path).status().unwrap().success(), "mkfs.xfs");
-    assert!(Command::new("mount").arg(&dev.path).arg(&mnt).status().unwrap().success(), "mount");
+    assert!(
+        Command::new("mkfs.xfs")
+            .args(["-q", "-f"])
+            .arg(&dev.path)
+            .status()
+            .unwrap()
+            .success(),
+        "mkfs.xfs"
+    );
+    assert!(
+        Command::new("mount")
+            .arg(&dev.path)
+            .arg(&mnt)
+            .status()
+            .unwrap()
+            .success(),
+        "mount"
+    );
     let _unmount = Unmount(mnt.clone());
     struct Unmount(PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
             for _ in 0..20 {
-                if Command::new("umount").arg(&self.0).status().map(|s| s.success()).unwrap_or(false) {
+                if Command::new("umount")
+                    .arg(&self.0)
+                    .status()
+                    .map(|s| s.success())
+                    .unwrap_or(false)
+                {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(250));
@@ -338,8 +441,13 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
 
     let port = free_port();
     let mut cmd = Command::new(observer_bin());
-    cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--device", &dev.name]);
-    let _daemon = start_observer(cmd, port, &dir.join("observer.log"));
+    cmd.args([
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--device",
+        &dev.name,
+    ]);
+    let _daemon = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
 
     let job = dir.join("load.fio");
     std::fs::write(&job, FIO_JOB.replace("MNT", &mnt.to_string_lossy())).unwrap();
@@ -359,7 +467,10 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     .unwrap();
     let mut pcmd = Command::new("prometheus");
     pcmd.arg(format!("--config.file={}", pcfg.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
         .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
         .arg("--storage.tsdb.retention.time=1h");
     let plog = dir.join("prometheus.log");
@@ -370,15 +481,28 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     // (flushes are the last to appear) and the target is healthy.
     let probe = format!("min(count_over_time(blkobs_requests_total{{device=\"{}\",op=~\"read|write|flush\"}}[30s]))", dev.name);
     let ready = wait_for(Duration::from_secs(60), || {
-        assert!(prom.running(), "prometheus exited:\n{}", std::fs::read_to_string(&plog).unwrap_or_default());
-        assert!(fio.running(), "fio exited early:\n{}", std::fs::read_to_string(dir.join("fio.log")).unwrap_or_default());
+        assert!(
+            prom.running(),
+            "prometheus exited:\n{}",
+            std::fs::read_to_string(&plog).unwrap_or_default()
+        );
+        assert!(
+            fio.running(),
+            "fio exited early:\n{}",
+            std::fs::read_to_string(dir.join("fio.log")).unwrap_or_default()
+        );
         let data = prom_get(&base, "/api/v1/query", &[("query", &probe)]).ok()?;
         let n: f64 = data["result"][0]["value"][1].as_str()?.parse().ok()?;
         (n >= 15.0).then_some(())
     });
     if ready.is_none() {
-        let targets = prom_get(&base, "/api/v1/targets", &[]).map(|v| v.to_string()).unwrap_or_else(|e| e);
-        panic!("Prometheus never had 15 s of scrapes of {}; targets: {targets}", dev.name);
+        let targets = prom_get(&base, "/api/v1/targets", &[])
+            .map(|v| v.to_string())
+            .unwrap_or_else(|e| e);
+        panic!(
+            "Prometheus never had 15 s of scrapes of {}; targets: {targets}",
+            dev.name
+        );
     }
 
     let mut failures = Vec::new();
@@ -387,19 +511,38 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
         let vars = variables(&json);
         // Template variables: every label_values() query must yield values (the device's own
         // name for `device`), then `device` is set to the test device and the others to All.
-        let mut values: BTreeMap<String, String> = BUILTINS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut values: BTreeMap<String, String> = BUILTINS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         values.insert("device".into(), dev.name.clone());
         for (name, v) in &vars {
             if v["type"] != "query" {
                 continue;
             }
-            let q = v["query"]["query"].as_str().or(v["query"].as_str()).unwrap_or("");
-            let inner = q.strip_prefix("label_values(").and_then(|r| r.strip_suffix(')')).unwrap_or("");
-            let (series, label) = inner.rsplit_once(',').map(|(a, b)| (a.trim(), b.trim())).unwrap_or(("", ""));
+            let q = v["query"]["query"]
+                .as_str()
+                .or(v["query"].as_str())
+                .unwrap_or("");
+            let inner = q
+                .strip_prefix("label_values(")
+                .and_then(|r| r.strip_suffix(')'))
+                .unwrap_or("");
+            let (series, label) = inner
+                .rsplit_once(',')
+                .map(|(a, b)| (a.trim(), b.trim()))
+                .unwrap_or(("", ""));
             let series = substitute(series, &values);
-            match prom_get(&base, &format!("/api/v1/label/{label}/values"), &[("match[]", &series)]) {
+            match prom_get(
+                &base,
+                &format!("/api/v1/label/{label}/values"),
+                &[("match[]", &series)],
+            ) {
                 Ok(d) => {
-                    let got: Vec<&str> = d.as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default();
+                    let got: Vec<&str> = d
+                        .as_array()
+                        .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
+                        .unwrap_or_default();
                     if got.is_empty() || (name == "device" && !got.contains(&dev.name.as_str())) {
                         failures.push(format!("{file}: variable {name} = {q}: values {got:?}"));
                     }
@@ -407,7 +550,10 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
                 Err(e) => failures.push(format!("{file}: variable {name} = {q}: {e}")),
             }
             if name != "device" {
-                values.insert(name.clone(), v["allValue"].as_str().unwrap_or(".+").to_string());
+                values.insert(
+                    name.clone(),
+                    v["allValue"].as_str().unwrap_or(".+").to_string(),
+                );
             }
         }
         for (title, refid, expr) in exprs(&json) {
@@ -415,7 +561,9 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
             evaluated += 1;
             match instant(&base, &q) {
                 Ok(n) => eprintln!("ok   {file} {title:?} {refid}: {n} series"),
-                Err(e) => failures.push(format!("{file} panel {title:?} {refid}: {e}\n    query: {q}")),
+                Err(e) => failures.push(format!(
+                    "{file} panel {title:?} {refid}: {e}\n    query: {q}"
+                )),
             }
         }
     }
@@ -424,7 +572,15 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     drop(fio);
     prom.signal(libc::SIGTERM);
     let _ = prom.wait_timeout(Duration::from_secs(10));
-    assert!(evaluated >= 30, "only {evaluated} expressions found in the dashboards");
-    assert!(failures.is_empty(), "{} of {evaluated} dashboard queries failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        evaluated >= 30,
+        "only {evaluated} expressions found in the dashboards"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {evaluated} dashboard queries failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     eprintln!("{evaluated} dashboard expressions returned data");
 }

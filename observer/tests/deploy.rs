@@ -28,7 +28,7 @@
 //! Needs root, cgroup v1 devices controller (for the device policy) and the fslog tools. With
 //! CI=true a test that cannot run fails.
 
-mod common;
+mod support;
 
 use std::{
     os::unix::fs::PermissionsExt,
@@ -37,38 +37,69 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{fslog_witness::*, *};
 use serde_json::Value;
+use support::*;
 
 /// DevicePolicy=closed (systemd: null, zero, full, random, urandom, tty, ptmx, pts) plus
 /// ProtectClock's char-rtc r and the unit's DeviceAllow=block-* r.
 const UNIT_DEVICES: &[&str] = &[
-    "c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 1:8 rwm", "c 1:9 rwm", "c 5:0 rwm", "c 5:2 rwm", "c 136:* rw", "c 252:* r",
-    "c 253:* r", "c 254:* r", "b *:* r",
+    "c 1:3 rwm",
+    "c 1:5 rwm",
+    "c 1:7 rwm",
+    "c 1:8 rwm",
+    "c 1:9 rwm",
+    "c 5:0 rwm",
+    "c 5:2 rwm",
+    "c 136:* rw",
+    "c 252:* r",
+    "c 253:* r",
+    "c 254:* r",
+    "b *:* r",
 ];
 /// runc's default allow list for a non-privileged container (libcontainer/specconv
 /// AllowedDevices): null, zero, full, tty, random, urandom, console, ptmx, pts, tun.
-const RUNC_DEVICES: &[&str] =
-    &["c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 5:0 rwm", "c 1:8 rwm", "c 1:9 rwm", "c 5:1 rwm", "c 5:2 rwm", "c 136:* rwm", "c 10:200 rwm"];
+const RUNC_DEVICES: &[&str] = &[
+    "c 1:3 rwm",
+    "c 1:5 rwm",
+    "c 1:7 rwm",
+    "c 5:0 rwm",
+    "c 1:8 rwm",
+    "c 1:9 rwm",
+    "c 5:1 rwm",
+    "c 5:2 rwm",
+    "c 136:* rwm",
+    "c 10:200 rwm",
+];
 
 fn disk_gid() -> u32 {
     let g = std::fs::read_to_string("/etc/group").unwrap();
-    g.lines().find_map(|l| l.strip_prefix("disk:x:")).and_then(|r| r.split(':').next()).and_then(|v| v.parse().ok()).expect("group disk in /etc/group")
+    g.lines()
+        .find_map(|l| l.strip_prefix("disk:x:"))
+        .and_then(|r| r.split(':').next())
+        .and_then(|v| v.parse().ok())
+        .expect("group disk in /etc/group")
 }
 
 /// As udev makes block device nodes on a host: root:disk 0660.
 fn udev_perms(path: &str) {
     let c = std::ffi::CString::new(path).unwrap();
     // SAFETY: valid C string.
-    assert_eq!(unsafe { libc::chown(c.as_ptr(), 0, disk_gid()) }, 0, "chown {path}");
+    assert_eq!(
+        unsafe { libc::chown(c.as_ptr(), 0, disk_gid()) },
+        0,
+        "chown {path}"
+    );
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).unwrap();
 }
 
 fn require(test: &str) -> bool {
-    if !common::fslog_witness::require(test) {
+    if !require_fslog(test) {
         return false;
     }
-    let ok = Path::new("/sys/fs/cgroup/devices/devices.allow").exists() && which("unshare") && which("setpriv") && which("mountpoint");
+    let ok = Path::new("/sys/fs/cgroup/devices/devices.allow").exists()
+        && ["unshare", "setpriv", "mountpoint"]
+            .iter()
+            .all(|t| which(t).is_some());
     if ok {
         return true;
     }
@@ -82,12 +113,13 @@ struct DevCgroup(PathBuf);
 
 impl DevCgroup {
     fn new(allow: &[&str]) -> DevCgroup {
-        let dir = PathBuf::from(format!("/sys/fs/cgroup/devices/{}", unique_name("blkobs-devcg")));
+        let dir = PathBuf::from(format!("/sys/fs/cgroup/devices/{}", unique("blkobs-devcg")));
         std::fs::create_dir(&dir).unwrap();
         let g = DevCgroup(dir);
         std::fs::write(g.0.join("devices.deny"), "a").unwrap();
         for a in allow {
-            std::fs::write(g.0.join("devices.allow"), a).unwrap_or_else(|e| panic!("devices.allow {a}: {e}"));
+            std::fs::write(g.0.join("devices.allow"), a)
+                .unwrap_or_else(|e| panic!("devices.allow {a}: {e}"));
         }
         g
     }
@@ -110,11 +142,18 @@ struct V2Cgroup {
 
 impl V2Cgroup {
     fn new() -> V2Cgroup {
-        let root = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() { PathBuf::from("/sys/fs/cgroup") } else { PathBuf::from("/sys/fs/cgroup/unified") };
-        let name = unique_name("blkobs-submitter");
+        let root = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            PathBuf::from("/sys/fs/cgroup")
+        } else {
+            PathBuf::from("/sys/fs/cgroup/unified")
+        };
+        let name = unique("blkobs-submitter");
         let dir = root.join(&name);
         std::fs::create_dir(&dir).unwrap();
-        V2Cgroup { dir, rel: format!("/{name}") }
+        V2Cgroup {
+            dir,
+            rel: format!("/{name}"),
+        }
     }
 }
 
@@ -127,23 +166,13 @@ impl Drop for V2Cgroup {
     }
 }
 
-fn unique_name(p: &str) -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!("{p}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
-}
-
 /// A directory (0755) removed on drop, holding a copy of the daemon any user can run.
-struct Dir(PathBuf);
+struct Dir(TempDir);
 
 impl Dir {
     fn new() -> Dir {
-        let d = std::env::temp_dir().join(unique_name("blkobs-deploy"));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let bin = d.join("observer");
-        std::fs::copy(env!("CARGO_BIN_EXE_observer"), &bin).unwrap();
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let d = TempDir::new("blkobs-deploy");
+        observer_copy_for_any_user(&d);
         Dir(d)
     }
     fn bin(&self) -> PathBuf {
@@ -154,12 +183,6 @@ impl Dir {
         std::fs::write(&p, text).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         p
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -189,12 +212,21 @@ const CAPS: &str = "-all,+bpf,+perfmon";
 
 /// setpriv arguments: identity and capabilities.
 fn setpriv(uid: u32, groups: Option<u32>) -> Vec<String> {
-    let mut v = vec!["setpriv".to_string(), format!("--reuid={uid}"), format!("--regid={uid}")];
+    let mut v = vec![
+        "setpriv".to_string(),
+        format!("--reuid={uid}"),
+        format!("--regid={uid}"),
+    ];
     v.push(match groups {
         Some(g) => format!("--groups={g}"),
         None => "--clear-groups".into(),
     });
-    v.extend(["--no-new-privs".into(), format!("--inh-caps={CAPS}"), format!("--ambient-caps={CAPS}"), format!("--bounding-set={CAPS}")]);
+    v.extend([
+        "--no-new-privs".into(),
+        format!("--inh-caps={CAPS}"),
+        format!("--ambient-caps={CAPS}"),
+        format!("--bounding-set={CAPS}"),
+    ]);
     v
 }
 
@@ -232,26 +264,59 @@ exec "$@"
 "#;
 
 /// Runs `argv` in the unit's sandbox as the unit's identity (`groups`: the disk gid or none).
-fn in_unit(devcg: &DevCgroup, private_devices: bool, groups: Option<u32>, argv: &[String]) -> Command {
+fn in_unit(
+    devcg: &DevCgroup,
+    private_devices: bool,
+    groups: Option<u32>,
+    argv: &[String],
+) -> Command {
     let mut c = Command::new("unshare");
-    c.args(["--mount", "--propagation", "slave", "--", "sh", "-c", UNIT_SANDBOX, "sh"])
-        .args(setpriv(65534, groups))
-        .args(argv)
-        .env("DEVCG", &devcg.0)
-        .env("PRIVATE_DEVICES", if private_devices { "1" } else { "0" })
-        .env("OBSERVER_LOG", "info");
+    c.args([
+        "--mount",
+        "--propagation",
+        "slave",
+        "--",
+        "sh",
+        "-c",
+        UNIT_SANDBOX,
+        "sh",
+    ])
+    .args(setpriv(65534, groups))
+    .args(argv)
+    .env("DEVCG", &devcg.0)
+    .env("PRIVATE_DEVICES", if private_devices { "1" } else { "0" })
+    .env("OBSERVER_LOG", "info");
     c
 }
 
 /// Runs `argv` in the DaemonSet's view as uid 0 with CAP_BPF + CAP_PERFMON only.
 fn in_daemonset(devcg: &DevCgroup, unmount: &[&Path], argv: &[String]) -> Command {
     let mut c = Command::new("unshare");
-    c.args(["--mount", "--propagation", "slave", "--pid", "--fork", "--kill-child=SIGTERM", "--", "sh", "-c", DAEMONSET_VIEW, "sh"])
-        .args(setpriv(0, None))
-        .args(argv)
-        .env("DEVCG", &devcg.0)
-        .env("UNMOUNT", unmount.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" "))
-        .env("OBSERVER_LOG", "info");
+    c.args([
+        "--mount",
+        "--propagation",
+        "slave",
+        "--pid",
+        "--fork",
+        "--kill-child=SIGTERM",
+        "--",
+        "sh",
+        "-c",
+        DAEMONSET_VIEW,
+        "sh",
+    ])
+    .args(setpriv(0, None))
+    .args(argv)
+    .env("DEVCG", &devcg.0)
+    .env(
+        "UNMOUNT",
+        unmount
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+    .env("OBSERVER_LOG", "info");
     c
 }
 
@@ -263,7 +328,11 @@ fn stop(d: Daemon) {
 }
 
 fn observer_argv(dir: &Dir, addr: &str, extra: &[&str]) -> Vec<String> {
-    let mut v = vec![dir.bin().display().to_string(), "--listen".into(), addr.to_string()];
+    let mut v = vec![
+        dir.bin().display().to_string(),
+        "--listen".into(),
+        addr.to_string(),
+    ];
     v.extend(extra.iter().map(|s| s.to_string()));
     v
 }
@@ -272,10 +341,14 @@ fn observer_argv(dir: &Dir, addr: &str, extra: &[&str]) -> Vec<String> {
 fn observer_pid(top: u32) -> u32 {
     let mut pid = top;
     for _ in 0..5 {
-        if std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim() == "observer").unwrap_or(false) {
+        if std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|c| c.trim() == "observer")
+            .unwrap_or(false)
+        {
             return pid;
         }
-        let ch = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        let ch =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
         match ch.split_whitespace().next().and_then(|p| p.parse().ok()) {
             Some(c) => pid = c,
             None => break,
@@ -286,7 +359,12 @@ fn observer_pid(top: u32) -> u32 {
 
 /// The filesystem entry of `/devices` whose data device is `name`.
 fn fs_entry(d: &Daemon, name: &str) -> Option<Value> {
-    devices(d)["filesystems"].as_array().unwrap().iter().find(|f| f["device"]["name"] == name).cloned()
+    devices(d)["filesystems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["device"]["name"] == name)
+        .cloned()
 }
 
 fn wait_status(d: &Daemon, name: &str, want: &str) -> Value {
@@ -305,7 +383,10 @@ fn wait_status(d: &Daemon, name: &str, want: &str) -> Value {
 }
 
 fn status_metric(d: &Daemon, name: &str, status: &str) -> f64 {
-    d.scrape().sum("blkobs_fs_log_status", &[("fs_device", name), ("status", status)])
+    d.scrape().sum(
+        "blkobs_fs_log_status",
+        &[("fs_device", name), ("status", status)],
+    )
 }
 
 /// An XFS and an ext4 filesystem on loop devices with udev-like permissions, and their
@@ -330,11 +411,30 @@ impl Fixture {
             udev_perms(&d.path);
         }
         let mx = Mount::new(&xfs, &["mkfs.xfs", "-q", "-f", "-d", "agcount=4"]);
-        let me = Mount::new(&ext4, &["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", "-b", "4096"]);
+        let me = Mount::new(
+            &ext4,
+            &[
+                "mkfs.ext4",
+                "-q",
+                "-F",
+                "-E",
+                "lazy_itable_init=0,lazy_journal_init=0",
+                "-b",
+                "4096",
+            ],
+        );
         let (_, daddr, sectors) = xfs_witness(&xfs.path);
         let wx = vec![(daddr, daddr + sectors)];
         let we = ext4_witness(&ext4.path);
-        Fixture { xfs, ext4, mx, me, wx, we, spare }
+        Fixture {
+            xfs,
+            ext4,
+            mx,
+            me,
+            wx,
+            we,
+            spare,
+        }
     }
 
     /// Log writes of both filesystems under fsync load against the ftrace witness.
@@ -347,9 +447,16 @@ impl Fixture {
             fsync_files(&self.me.dir, n);
         });
         for (s, fs) in seen.iter().zip(["xfs", "ext4"]) {
-            eprintln!("{what} {fs}: log writes {} / {} log=\"true\" (witness / daemon)", s.traced_in, s.log_true);
+            eprintln!(
+                "{what} {fs}: log writes {} / {} log=\"true\" (witness / daemon)",
+                s.traced_in, s.log_true
+            );
             assert_classified(s, &format!("{what}: {fs}"));
-            assert!(s.traced_in >= n, "{what} {fs}: {} log writes for {n} fsyncs", s.traced_in);
+            assert!(
+                s.traced_in >= n,
+                "{what} {fs}: {} log writes for {n} fsyncs",
+                s.traced_in
+            );
         }
     }
 }
@@ -363,50 +470,95 @@ fn check_submitter_cgroup(d: &Daemon, dir: &Path, what: &str) {
 /// As [`check_submitter_cgroup`]; `named`: whether the path must be resolved (else `null`).
 fn check_submitter_cgroup_is(d: &Daemon, dir: &Path, what: &str, named: bool) {
     let cg = V2Cgroup::new();
-    let dd = std::env::temp_dir().join(unique_name("dd")).join("blkobs-cgwriter");
+    let dd = std::env::temp_dir()
+        .join(unique("dd"))
+        .join("blkobs-cgwriter");
     std::fs::create_dir_all(dd.parent().unwrap()).unwrap();
     std::fs::copy("/usr/bin/dd", &dd).unwrap();
     let out = Command::new("sh")
-        .args(["-c", "echo $$ > \"$1/cgroup.procs\" && shift && exec \"$@\"", "sh"])
+        .args([
+            "-c",
+            "echo $$ > \"$1/cgroup.procs\" && shift && exec \"$@\"",
+            "sh",
+        ])
         .arg(&cg.dir)
         .arg(&dd)
-        .args(["if=/dev/zero", &format!("of={}", dir.join("cgwriter").display()), "bs=4k", "count=8", "oflag=direct", "conv=fsync", "status=none"])
+        .args([
+            "if=/dev/zero",
+            &format!("of={}", dir.join("cgwriter").display()),
+            "bs=4k",
+            "count=8",
+            "oflag=direct",
+            "conv=fsync",
+            "status=none",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = std::fs::remove_dir_all(dd.parent().unwrap());
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (status, body) = d.get("/stalls?format=json&limit=10000").unwrap();
         assert_eq!(status, 200, "{body}");
         let v: Value = serde_json::from_str(&body).unwrap();
-        let mine: Vec<&Value> = v["slow"].as_array().unwrap().iter().filter(|s| s["submitter"]["comm"] == "blkobs-cgwriter").collect();
+        let mine: Vec<&Value> = v["slow"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["submitter"]["comm"] == "blkobs-cgwriter")
+            .collect();
         if !mine.is_empty() {
             for s in &mine {
                 if named {
-                    assert_eq!(s["submitter"]["cgroup"], cg.rel.as_str(), "{what}: submitter cgroup of {s}");
+                    assert_eq!(
+                        s["submitter"]["cgroup"],
+                        cg.rel.as_str(),
+                        "{what}: submitter cgroup of {s}"
+                    );
                 } else {
-                    assert!(s["submitter"]["cgroup"].is_null(), "{what}: submitter cgroup of {s}");
+                    assert!(
+                        s["submitter"]["cgroup"].is_null(),
+                        "{what}: submitter cgroup of {s}"
+                    );
                 }
             }
-            eprintln!("{what}: {} slow requests of blkobs-cgwriter, cgroup {}", mine.len(), mine[0]["submitter"]["cgroup"]);
+            eprintln!(
+                "{what}: {} slow requests of blkobs-cgwriter, cgroup {}",
+                mine.len(),
+                mine[0]["submitter"]["cgroup"]
+            );
             return;
         }
-        assert!(Instant::now() < deadline, "{what}: no slow request of blkobs-cgwriter in /stalls: {v}");
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no slow request of blkobs-cgwriter in /stalls: {v}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
 
 /// SIGHUP: a new bucket set is applied.
 fn check_reload(d: &Daemon, cfg: &Path, base: &str, dev: &str, what: &str) {
-    std::fs::write(cfg, format!("{base}\n[histogram]\nbuckets = [0.0005, 0.25]\n")).unwrap();
+    std::fs::write(
+        cfg,
+        format!("{base}\n[histogram]\nbuckets = [0.0005, 0.25]\n"),
+    )
+    .unwrap();
     // SAFETY: plain kill(2).
     unsafe { libc::kill(observer_pid(d.pid()) as i32, libc::SIGHUP) };
     let needle = "le=\"0.0005\"";
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = d.metrics_text();
-        if text.lines().any(|l| l.starts_with("blkobs_request_latency_seconds_bucket") && l.contains(&format!("device=\"{dev}\"")) && l.contains(needle)) {
+        if text.lines().any(|l| {
+            l.starts_with("blkobs_request_latency_seconds_bucket")
+                && l.contains(&format!("device=\"{dev}\""))
+                && l.contains(needle)
+        }) {
             eprintln!("{what}: SIGHUP applied the new buckets");
             return;
         }
@@ -418,7 +570,14 @@ fn check_reload(d: &Daemon, cfg: &Path, base: &str, dev: &str, what: &str) {
 /// Output of `argv` run in a sandbox command builder.
 fn run(mut c: Command) -> (bool, String) {
     let o = c.output().unwrap();
-    (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    (
+        o.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
 }
 
 const SLOW_ALL: &str = "[stalls]\nslow_default = { total = \"1us\" }\n";
@@ -440,7 +599,11 @@ fn unit_identity_finds_logs() {
 
     // Before: the old unit (PrivateDevices=yes, no group disk).
     let addr = free_addr();
-    let d = Daemon::spawn_cmd(in_unit(&cg, true, None, &observer_argv(&dir, &addr, &[])), addr, &dir.0.join("before.log"));
+    let d = Daemon::spawn(
+        in_unit(&cg, true, None, &observer_argv(&dir, &addr, &[])),
+        addr,
+        &dir.0.join("before.log"),
+    );
     for name in [&fx.xfs.name, &fx.ext4.name] {
         let f = wait_status(&d, name, "no_device_node");
         eprintln!("old unit: {name}: {} / {}", f["log_status"], f["warning"]);
@@ -450,14 +613,34 @@ fn unit_identity_finds_logs() {
 
     // Without group disk: unreadable, with the reason and what to grant.
     let addr = free_addr();
-    let d = Daemon::spawn_cmd(in_unit(&cg, false, None, &observer_argv(&dir, &addr, &[])), addr, &dir.0.join("nodisk.log"));
+    let d = Daemon::spawn(
+        in_unit(&cg, false, None, &observer_argv(&dir, &addr, &[])),
+        addr,
+        &dir.0.join("nodisk.log"),
+    );
     for name in [&fx.xfs.name, &fx.ext4.name] {
         let f = wait_status(&d, name, "unreadable");
         let w = f["warning"].as_str().unwrap();
-        assert!(w.contains("Permission denied") && w.contains("SupplementaryGroups=disk"), "{w}");
-        assert_eq!(status_metric(&d, name, "unreadable"), 1.0, "blkobs_fs_log_status");
-        let disk_entry = devices(&d)["devices"].as_array().unwrap().iter().find(|x| x["device"] == name.as_str()).cloned().unwrap();
-        assert_eq!(disk_entry["filesystems"][0]["log_status"], "unreadable", "{disk_entry}");
+        assert!(
+            w.contains("Permission denied") && w.contains("SupplementaryGroups=disk"),
+            "{w}"
+        );
+        assert_eq!(
+            status_metric(&d, name, "unreadable"),
+            1.0,
+            "blkobs_fs_log_status"
+        );
+        let disk_entry = devices(&d)["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["device"] == name.as_str())
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            disk_entry["filesystems"][0]["log_status"], "unreadable",
+            "{disk_entry}"
+        );
     }
     assert!(d.scrape().sum("blkobs_fs_log_warnings", &[]) >= 2.0);
     stop(d);
@@ -466,16 +649,34 @@ fn unit_identity_finds_logs() {
     let base = format!("{SLOW_ALL}");
     let cfg = dir.config("observer.toml", &base);
     let addr = free_addr();
-    let d = Daemon::spawn_cmd(
-        in_unit(&cg, false, Some(disk), &observer_argv(&dir, &addr, &["--config", cfg.to_str().unwrap()])),
+    let d = Daemon::spawn(
+        in_unit(
+            &cg,
+            false,
+            Some(disk),
+            &observer_argv(&dir, &addr, &["--config", cfg.to_str().unwrap()]),
+        ),
         addr,
         &dir.0.join("unit.log"),
     );
-    let status = std::fs::read_to_string(format!("/proc/{}/status", observer_pid(d.pid()))).unwrap();
-    let field = |k: &str| status.lines().find(|l| l.starts_with(k)).unwrap().split_whitespace().skip(1).collect::<Vec<_>>().join(" ");
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", observer_pid(d.pid()))).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(k))
+            .unwrap()
+            .split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     assert!(field("Uid:").starts_with("65534"), "{status}");
     assert_eq!(field("Groups:"), disk.to_string());
-    assert_eq!(field("CapEff:"), format!("{:016x}", (1u64 << 38) | (1u64 << 39)));
+    assert_eq!(
+        field("CapEff:"),
+        format!("{:016x}", (1u64 << 38) | (1u64 << 39))
+    );
     for name in [&fx.xfs.name, &fx.ext4.name] {
         wait_status(&d, name, "found");
         assert_eq!(status_metric(&d, name, "found"), 1.0);
@@ -488,16 +689,31 @@ fn unit_identity_finds_logs() {
     // The device policy: group disk could write, the device cgroup refuses; reading works; the
     // reaper's input is readable.
     let sh_argv = |script: String| vec!["sh".to_string(), "-c".to_string(), script];
-    let (ok, out) = run(in_unit(&cg, false, Some(disk), &sh_argv(format!("exec 3<>{}", fx.spare.path))));
-    assert!(!ok && out.contains("Operation not permitted"), "write open under the unit's device policy: ok={ok} {out}");
+    let (ok, out) = run(in_unit(
+        &cg,
+        false,
+        Some(disk),
+        &sh_argv(format!("exec 3<>{}", fx.spare.path)),
+    ));
+    assert!(
+        !ok && out.contains("Operation not permitted"),
+        "write open under the unit's device policy: ok={ok} {out}"
+    );
     let mut plain = Command::new("setpriv");
-    plain.args(&setpriv(65534, Some(disk))[1..]).args(["sh", "-c", &format!("exec 3<>{}", fx.spare.path)]);
+    plain.args(&setpriv(65534, Some(disk))[1..]).args([
+        "sh",
+        "-c",
+        &format!("exec 3<>{}", fx.spare.path),
+    ]);
     let (ok, out) = run(plain);
     assert!(ok, "without the device policy group disk may open for writing (the policy is what refuses): {out}");
     let (ok, out) = run(in_unit(&cg, false, Some(disk), &sh_argv(format!(
         "dd if={} of=/dev/null bs=4096 count=1 iflag=direct status=none && cat /sys/dev/block/{}/inflight", fx.spare.path, fx.spare.sysfs("dev")))));
     assert!(ok, "read under the unit's device policy: {out}");
-    eprintln!("unit: write open refused (EPERM), O_DIRECT read allowed, inflight readable: {}", out.trim());
+    eprintln!(
+        "unit: write open refused (EPERM), O_DIRECT read allowed, inflight readable: {}",
+        out.trim()
+    );
 }
 
 /// The DaemonSet's view: without --host-root nothing of the host's filesystems is seen; with
@@ -518,14 +734,22 @@ fn daemonset_view_finds_logs() {
     // Before: no host view: neither the filesystems nor the submitters' cgroups.
     let slow = dir.config("slow.toml", SLOW_ALL);
     let addr = free_addr();
-    let d = Daemon::spawn_cmd(
-        in_daemonset(&runc, &unmount, &observer_argv(&dir, &addr, &["--config", slow.to_str().unwrap()])),
+    let d = Daemon::spawn(
+        in_daemonset(
+            &runc,
+            &unmount,
+            &observer_argv(&dir, &addr, &["--config", slow.to_str().unwrap()]),
+        ),
         addr,
         &dir.0.join("nohost.log"),
     );
     std::thread::sleep(Duration::from_secs(1));
     for name in [&fx.xfs.name, &fx.ext4.name] {
-        assert!(fs_entry(&d, name).is_none(), "the container's own mount table has {name}:\n{:#}", devices(&d));
+        assert!(
+            fs_entry(&d, name).is_none(),
+            "the container's own mount table has {name}:\n{:#}",
+            devices(&d)
+        );
     }
     eprintln!("daemonset without host_root: the host's filesystems are not seen");
     check_submitter_cgroup_is(&d, &fx.mx.dir, "daemonset without host_root", false);
@@ -533,11 +757,28 @@ fn daemonset_view_finds_logs() {
 
     // The manifest as shipped, runc's default device cgroup: unreadable, said so.
     let addr = free_addr();
-    let d = Daemon::spawn_cmd(in_daemonset(&runc, &unmount, &observer_argv(&dir, &addr, &["--host-root", "/host"])), addr, &dir.0.join("runc.log"));
+    let d = Daemon::spawn(
+        in_daemonset(
+            &runc,
+            &unmount,
+            &observer_argv(&dir, &addr, &["--host-root", "/host"]),
+        ),
+        addr,
+        &dir.0.join("runc.log"),
+    );
     for name in [&fx.xfs.name, &fx.ext4.name] {
         let f = wait_status(&d, name, "unreadable");
-        assert!(f["device"]["node"].as_str().unwrap().starts_with("/host/dev/"), "{f}");
-        eprintln!("daemonset, runc default device cgroup: {name}: {}", f["warning"]);
+        assert!(
+            f["device"]["node"]
+                .as_str()
+                .unwrap()
+                .starts_with("/host/dev/"),
+            "{f}"
+        );
+        eprintln!(
+            "daemonset, runc default device cgroup: {name}: {}",
+            f["warning"]
+        );
         assert_eq!(status_metric(&d, name, "unreadable"), 1.0);
     }
     stop(d);
@@ -548,14 +789,24 @@ fn daemonset_view_finds_logs() {
     let base = format!("host_root = \"/host\"\n{SLOW_ALL}");
     let cfg = dir.config("observer.toml", &base);
     let addr = free_addr();
-    let d = Daemon::spawn_cmd(
-        in_daemonset(&cg, &unmount, &observer_argv(&dir, &addr, &["--config", cfg.to_str().unwrap()])),
+    let d = Daemon::spawn(
+        in_daemonset(
+            &cg,
+            &unmount,
+            &observer_argv(&dir, &addr, &["--config", cfg.to_str().unwrap()]),
+        ),
         addr,
         &dir.0.join("daemonset.log"),
     );
     for name in [&fx.xfs.name, &fx.ext4.name] {
         let f = wait_status(&d, name, "found");
-        assert!(f["device"]["node"].as_str().unwrap().starts_with("/host/dev/"), "{f}");
+        assert!(
+            f["device"]["node"]
+                .as_str()
+                .unwrap()
+                .starts_with("/host/dev/"),
+            "{f}"
+        );
         assert_eq!(status_metric(&d, name, "found"), 1.0);
     }
     fx.check_log_writes(&d, "daemonset");

@@ -4,25 +4,41 @@
 //!
 //! Needs root, tracefs and xfsprogs/e2fsprogs. Under CI=true a test that cannot run fails.
 
-mod common;
+mod support;
 
 use std::process::Command;
 
-use common::{fslog_witness::*, *};
+use support::*;
 
 /// XFS with internal logs of different sizes, block sizes and AG counts: ranges equal xfs_db's;
 /// under fsync load all log writes (and only those) are `log="true"`; unmount and mount while
 /// running remove and restore the ranges.
 #[test]
 fn xfs_internal_logs() {
-    if !require("xfs_internal_logs") {
+    if !require_fslog("xfs_internal_logs") {
         return;
     }
     let daemon = Daemon::start(&[]);
     let configs: [(u64, &[&str]); 3] = [
         (320, &["mkfs.xfs", "-q", "-f", "-d", "agcount=4"]),
-        (500, &["mkfs.xfs", "-q", "-f", "-d", "agcount=5", "-l", "size=96m"]),
-        (400, &["mkfs.xfs", "-q", "-f", "-b", "size=1024", "-d", "agcount=3", "-l", "size=72m"]),
+        (
+            500,
+            &["mkfs.xfs", "-q", "-f", "-d", "agcount=5", "-l", "size=96m"],
+        ),
+        (
+            400,
+            &[
+                "mkfs.xfs",
+                "-q",
+                "-f",
+                "-b",
+                "size=1024",
+                "-d",
+                "agcount=3",
+                "-l",
+                "size=72m",
+            ],
+        ),
     ];
     let mut fss = Vec::new();
     for (size, mkfs) in configs {
@@ -30,7 +46,10 @@ fn xfs_internal_logs() {
         let m = Mount::new(&dev, mkfs);
         let (logstart, daddr, sectors) = xfs_witness(&dev.path);
         assert_ne!(logstart, 0, "{mkfs:?}: expected an internal log");
-        eprintln!("{mkfs:?}: logstart {logstart} → sectors [{daddr}, {})", daddr + sectors);
+        eprintln!(
+            "{mkfs:?}: logstart {logstart} → sectors [{daddr}, {})",
+            daddr + sectors
+        );
         fss.push((dev, m, vec![(daddr, daddr + sectors)]));
     }
     for (dev, _, want) in &fss {
@@ -39,8 +58,17 @@ fn xfs_internal_logs() {
     // The ranges are exported as metrics too.
     let m = daemon.scrape();
     for (dev, _, want) in &fss {
-        assert_eq!(m.sum("blkobs_fs_log_sectors", &[("device", &dev.name), ("fstype", "xfs"), ("kind", "internal")]),
-                   (want[0].1 - want[0].0) as f64);
+        assert_eq!(
+            m.sum(
+                "blkobs_fs_log_sectors",
+                &[
+                    ("device", &dev.name),
+                    ("fstype", "xfs"),
+                    ("kind", "internal")
+                ]
+            ),
+            (want[0].1 - want[0].0) as f64
+        );
     }
 
     let (dev, mnt, rs) = &fss[0];
@@ -48,26 +76,54 @@ fn xfs_internal_logs() {
     let seen = witness(&daemon, &[(dev, rs)], || fsync_files(&mnt.dir, fsyncs));
     let s = &seen[0];
     assert_classified(s, "xfs agcount=4");
-    assert!(s.traced_in >= fsyncs, "{} log writes for {fsyncs} fsyncs", s.traced_in);
+    assert!(
+        s.traced_in >= fsyncs,
+        "{} log writes for {fsyncs} fsyncs",
+        s.traced_in
+    );
     assert!(s.traced_out >= fsyncs, "data writes missing");
     // XFS log writes are the sync metadata writes with PREFLUSH and/or FUA: all inside the range.
     for e in &s.events {
-        let log_pattern = e.rwbs.contains('W') && e.rwbs.contains('S') && e.rwbs.contains('M') && e.rwbs.contains('F');
+        let log_pattern = e.rwbs.contains('W')
+            && e.rwbs.contains('S')
+            && e.rwbs.contains('M')
+            && e.rwbs.contains('F');
         if log_pattern {
-            assert!(in_ranges(rs, e.sector), "log-pattern write {e:?} outside the log {rs:?}");
+            assert!(
+                in_ranges(rs, e.sector),
+                "log-pattern write {e:?} outside the log {rs:?}"
+            );
         }
     }
     // The queue/device split of log writes is there, per device.
     let after = daemon.scrape();
     for stage in ["queue", "device"] {
-        assert!(after.sum("blkobs_request_latency_seconds_count", &[("device", &dev.name), ("op", "write"), ("log", "true"), ("stage", stage)]) > 0.0);
+        assert!(
+            after.sum(
+                "blkobs_request_latency_seconds_count",
+                &[
+                    ("device", &dev.name),
+                    ("op", "write"),
+                    ("log", "true"),
+                    ("stage", stage)
+                ]
+            ) > 0.0
+        );
     }
 
     // Unmount: the ranges go; mount again: they come back.
-    let (name, path, want) = (fss[1].0.name.clone(), fss[1].0.path.clone(), fss[1].2.clone());
+    let (name, path, want) = (
+        fss[1].0.name.clone(),
+        fss[1].0.path.clone(),
+        fss[1].2.clone(),
+    );
     fss[1].1.unmount();
     wait_ranges(&daemon, &name, &[]);
-    assert_eq!(ranges(&daemon, &fss[0].0.name), fss[0].2, "other filesystems keep their ranges");
+    assert_eq!(
+        ranges(&daemon, &fss[0].0.name),
+        fss[0].2,
+        "other filesystems keep their ranges"
+    );
     fss[1].1.remount(&path, "");
     wait_ranges(&daemon, &name, &want);
 }
@@ -77,38 +133,72 @@ fn xfs_internal_logs() {
 /// device makes that device log in its entirety. Classification follows on both disks.
 #[test]
 fn xfs_partition_offset_and_external_log() {
-    if !require("xfs_partition_offset_and_external_log") {
+    if !require_fslog("xfs_partition_offset_and_external_log") {
         return;
     }
     let daemon = Daemon::start(&[]);
-    let disk = LoopDev::partitioned(720, "none", "label: dos\nstart=2048, size=700000\nstart=704512, size=700000\n");
+    let disk = LoopDev::partitioned(
+        720,
+        "none",
+        "label: dos\nstart=2048, size=700000\nstart=704512, size=700000\n",
+    );
     let logdev = LoopDev::new(80, "none");
     let (p1, p2) = (disk.part(1), disk.part(2));
     let p1_start = sysfs_u64(&format!("/sys/block/{0}/{0}p1/start", disk.name));
     assert_eq!(p1_start, 2048);
     let m1 = Mount::on(&p1, &["mkfs.xfs", "-q", "-f", "-d", "agcount=5"], "");
-    let m2 = Mount::on(&p2, &["mkfs.xfs", "-q", "-f", "-l", &format!("logdev={},size=64m", logdev.path)], &format!("logdev={}", logdev.path));
+    let m2 = Mount::on(
+        &p2,
+        &[
+            "mkfs.xfs",
+            "-q",
+            "-f",
+            "-l",
+            &format!("logdev={},size=64m", logdev.path),
+        ],
+        &format!("logdev={}", logdev.path),
+    );
     let (_, daddr, sectors) = xfs_witness(&p1);
     let want_disk = vec![(p1_start + daddr, p1_start + daddr + sectors)];
     let xdb = sh("xfs_db", &["-r", "-c", "sb 0", "-c", "print logstart", &p2]);
-    assert_eq!(field(&xdb, "logstart"), 0, "partition 2 must have an external log");
+    assert_eq!(
+        field(&xdb, "logstart"),
+        0,
+        "partition 2 must have an external log"
+    );
     let want_log = vec![(0, sysfs_u64(&format!("/sys/block/{}/size", logdev.name)))];
     wait_ranges(&daemon, &disk.name, &want_disk);
     wait_ranges(&daemon, &logdev.name, &want_log);
     let body = devices(&daemon);
-    let fs2 = body["filesystems"].as_array().unwrap().iter().find(|f| f["device"]["name"] == format!("{}p2", disk.name)).unwrap();
+    let fs2 = body["filesystems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["device"]["name"] == format!("{}p2", disk.name))
+        .unwrap();
     assert_eq!(fs2["log"][0]["kind"], "external");
     assert_eq!(fs2["device"]["start"].as_u64(), Some(704512));
 
     let n = 200;
-    let seen = witness(&daemon, &[(&disk, &want_disk), (&logdev, &want_log)], || {
-        fsync_files(&m1.dir, n);
-        fsync_files(&m2.dir, n);
-    });
+    let seen = witness(
+        &daemon,
+        &[(&disk, &want_disk), (&logdev, &want_log)],
+        || {
+            fsync_files(&m1.dir, n);
+            fsync_files(&m2.dir, n);
+        },
+    );
     assert_classified(&seen[0], "partitioned disk");
     assert_classified(&seen[1], "external log device");
-    assert!(seen[0].traced_in >= n, "partition 1 log writes: {}", seen[0].traced_in);
-    assert!(seen[1].traced_in >= n && seen[1].traced_out == 0, "external log device: every write is a log write");
+    assert!(
+        seen[0].traced_in >= n,
+        "partition 1 log writes: {}",
+        seen[0].traced_in
+    );
+    assert!(
+        seen[1].traced_in >= n && seen[1].traced_out == 0,
+        "external log device: every write is a log write"
+    );
     drop((m1, m2));
 }
 
@@ -116,14 +206,38 @@ fn xfs_partition_offset_and_external_log() {
 /// inode 8; under fsync load jbd2's writes are log writes, data writes are not.
 #[test]
 fn ext4_internal_journal() {
-    if !require("ext4_internal_journal") {
+    if !require_fslog("ext4_internal_journal") {
         return;
     }
     let daemon = Daemon::start(&[]);
     let a = LoopDev::new(256, "none");
     let b = LoopDev::new(256, "none");
-    let ma = Mount::new(&a, &["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", "-b", "1024"]);
-    let mb = Mount::new(&b, &["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", "-b", "4096", "-J", "size=16"]);
+    let ma = Mount::new(
+        &a,
+        &[
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-E",
+            "lazy_itable_init=0,lazy_journal_init=0",
+            "-b",
+            "1024",
+        ],
+    );
+    let mb = Mount::new(
+        &b,
+        &[
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-E",
+            "lazy_itable_init=0,lazy_journal_init=0",
+            "-b",
+            "4096",
+            "-J",
+            "size=16",
+        ],
+    );
     let wa = ext4_witness(&a.path);
     let wb = ext4_witness(&b.path);
     eprintln!("journals: {} {wa:?}, {} {wb:?}", a.name, b.name);
@@ -134,10 +248,17 @@ fn ext4_internal_journal() {
     let seen = witness(&daemon, &[(&a, &wa)], || fsync_files(&ma.dir, n));
     let s = &seen[0];
     assert_classified(s, "ext4 1k");
-    assert!(s.traced_in >= n, "{} journal writes for {n} fsyncs", s.traced_in);
+    assert!(
+        s.traced_in >= n,
+        "{} journal writes for {n} fsyncs",
+        s.traced_in
+    );
     for e in &s.events {
         if e.rwbs.contains('W') && e.comm.starts_with("jbd2/") {
-            assert!(in_ranges(&wa, e.sector), "jbd2 write outside the journal: {e:?}");
+            assert!(
+                in_ranges(&wa, e.sector),
+                "jbd2 write outside the journal: {e:?}"
+            );
         }
     }
     drop((ma, mb));
@@ -148,18 +269,41 @@ fn ext4_internal_journal() {
 /// starts after the mount.
 #[test]
 fn ext4_external_journal() {
-    if !require("ext4_external_journal") {
+    if !require_fslog("ext4_external_journal") {
         return;
     }
     let jdev = LoopDev::new(32, "none");
     let data = LoopDev::new(256, "none");
-    sh("mke2fs", &["-q", "-F", "-O", "journal_dev", "-b", "4096", &jdev.path]);
-    let m = Mount::new(&data, &["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", "-b", "4096", "-J", &format!("device={}", jdev.path)]);
+    sh(
+        "mke2fs",
+        &["-q", "-F", "-O", "journal_dev", "-b", "4096", &jdev.path],
+    );
+    let m = Mount::new(
+        &data,
+        &[
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-E",
+            "lazy_itable_init=0,lazy_journal_init=0",
+            "-b",
+            "4096",
+            "-J",
+            &format!("device={}", jdev.path),
+        ],
+    );
     // Started after the mount: the first discovery finds it.
     let daemon = Daemon::start(&[]);
     let h = sh("dumpe2fs", &["-h", &data.path]);
-    let jline = h.lines().find(|l| l.starts_with("Journal device:")).unwrap_or_else(|| panic!("no external journal:\n{h}"));
-    let (maj, min) = jdev.sysfs("dev").split_once(':').map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap())).unwrap();
+    let jline = h
+        .lines()
+        .find(|l| l.starts_with("Journal device:"))
+        .unwrap_or_else(|| panic!("no external journal:\n{h}"));
+    let (maj, min) = jdev
+        .sysfs("dev")
+        .split_once(':')
+        .map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap()))
+        .unwrap();
     let want_dev = format!("{:#06x}", (maj << 8) | min);
     assert!(jline.contains(&want_dev), "{jline} vs {want_dev}");
     let want = vec![(0, sysfs_u64(&format!("/sys/block/{}/size", jdev.name)))];
@@ -167,7 +311,9 @@ fn ext4_external_journal() {
     wait_ranges(&daemon, &data.name, &[]);
 
     let n = 200;
-    let seen = witness(&daemon, &[(&jdev, &want), (&data, &[])], || fsync_files(&m.dir, n));
+    let seen = witness(&daemon, &[(&jdev, &want), (&data, &[])], || {
+        fsync_files(&m.dir, n)
+    });
     assert_classified(&seen[0], "external journal");
     assert_classified(&seen[1], "ext4 data device");
     assert!(seen[0].traced_in >= n && seen[0].traced_out == 0);
@@ -178,7 +324,7 @@ fn ext4_external_journal() {
 /// skipped with a warning in /devices and the log; the daemon stays up and keeps other ranges.
 #[test]
 fn corrupt_superblocks_are_skipped() {
-    if !require("corrupt_superblocks_are_skipped") {
+    if !require_fslog("corrupt_superblocks_are_skipped") {
         return;
     }
     let daemon = Daemon::start(&[]);
@@ -187,7 +333,18 @@ fn corrupt_superblocks_are_skipped() {
     let e = LoopDev::new(128, "none");
     let _mg = Mount::new(&good, &["mkfs.xfs", "-q", "-f"]);
     let _mx = Mount::new(&x, &["mkfs.xfs", "-q", "-f"]);
-    let _me = Mount::new(&e, &["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", "-b", "4096"]);
+    let _me = Mount::new(
+        &e,
+        &[
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-E",
+            "lazy_itable_init=0,lazy_journal_init=0",
+            "-b",
+            "4096",
+        ],
+    );
     let (_, gd, gs) = xfs_witness(&good.path);
     let (_, xd, xs) = xfs_witness(&x.path);
     wait_ranges(&daemon, &good.name, &[(gd, gd + gs)]);
@@ -196,13 +353,34 @@ fn corrupt_superblocks_are_skipped() {
 
     // Corrupt behind the mounted filesystems' backs, in the loop devices' backing files.
     use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new().write(true).open(x.backing_file()).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(x.backing_file())
+        .unwrap();
     f.write_all_at(b"JUNK", 0).unwrap();
     let h = sh("dumpe2fs", &[&e.path]);
-    let itable: u64 = h.lines().find_map(|l| l.trim().strip_prefix("Inode table at ")).unwrap().split('-').next().unwrap().parse().unwrap();
-    let isize: u64 = sh("dumpe2fs", &["-h", &e.path]).lines().find_map(|l| l.strip_prefix("Inode size:")).unwrap().trim().parse().unwrap();
-    let f = std::fs::OpenOptions::new().write(true).open(e.backing_file()).unwrap();
-    f.write_all_at(&[0u8; 12], itable * 4096 + 7 * isize + 0x28).unwrap(); // inode 8's extent header
+    let itable: u64 = h
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Inode table at "))
+        .unwrap()
+        .split('-')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let isize: u64 = sh("dumpe2fs", &["-h", &e.path])
+        .lines()
+        .find_map(|l| l.strip_prefix("Inode size:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(e.backing_file())
+        .unwrap();
+    f.write_all_at(&[0u8; 12], itable * 4096 + 7 * isize + 0x28)
+        .unwrap(); // inode 8's extent header
     drop(f);
 
     // A mount table change makes the daemon look again.
@@ -215,15 +393,37 @@ fn corrupt_superblocks_are_skipped() {
             let _ = std::fs::remove_dir(&self.0);
         }
     }
-    sh("mount", &["--bind", _mg.dir.to_str().unwrap(), bind_dir.to_str().unwrap()]);
+    sh(
+        "mount",
+        &[
+            "--bind",
+            _mg.dir.to_str().unwrap(),
+            bind_dir.to_str().unwrap(),
+        ],
+    );
     let _unbind = Unbind(bind_dir);
     wait_ranges(&daemon, &x.name, &[]);
     wait_ranges(&daemon, &e.name, &[]);
     wait_ranges(&daemon, &good.name, &[(gd, gd + gs)]);
     let body = devices(&daemon);
-    let warnings: Vec<String> = body["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_string()).collect();
-    assert!(warnings.iter().any(|w| w.contains(&x.path) && w.contains("no xfs superblock")), "{warnings:#?}");
-    assert!(warnings.iter().any(|w| w.contains(&e.path) && w.contains("corrupt")), "{warnings:#?}");
+    let warnings: Vec<String> = body["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains(&x.path) && w.contains("no xfs superblock")),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains(&e.path) && w.contains("corrupt")),
+        "{warnings:#?}"
+    );
     assert!(daemon.scrape().sum("blkobs_fs_log_warnings", &[]) >= 2.0);
     assert_eq!(daemon.get("/healthz").unwrap().0, 200);
 }

@@ -2,11 +2,11 @@
 //!
 //! Needs root and a kernel with BTF. Under CI=true a test that cannot run fails.
 
-mod common;
+mod support;
 
 use std::{path::Path, process::Command, time::Duration};
 
-use common::*;
+use support::*;
 
 const OPS: [&str; 6] = ["read", "write", "flush", "discard", "write_zeroes", "other"];
 
@@ -14,9 +14,27 @@ const OPS: [&str; 6] = ["read", "write", "flush", "discard", "write_zeroes", "ot
 fn workload(m: &Mount, fsyncs: usize) {
     fsync_files(&m.dir, fsyncs);
     let dir = format!("--directory={}", m.dir.display());
-    fio(&["--name=rand", &dir, "--size=48M", "--rw=randrw", "--bs=4k", "--direct=1", "--ioengine=libaio",
-          "--iodepth=16", "--runtime=3", "--time_based"]);
-    fio(&["--name=seq", &dir, "--size=16M", "--rw=read", "--bs=64k", "--ioengine=psync", "--invalidate=1"]);
+    fio(&[
+        "--name=rand",
+        &dir,
+        "--size=48M",
+        "--rw=randrw",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=16",
+        "--runtime=3",
+        "--time_based",
+    ]);
+    fio(&[
+        "--name=seq",
+        &dir,
+        "--size=16M",
+        "--rw=read",
+        "--bs=64k",
+        "--ioengine=psync",
+        "--invalidate=1",
+    ]);
     for e in std::fs::read_dir(&m.dir).unwrap() {
         std::fs::remove_file(e.unwrap().path()).unwrap();
     }
@@ -31,9 +49,18 @@ fn requests(m: &Metrics, dev: &str, op: &str) -> f64 {
 fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
     let daemon = Daemon::start_env(&[], env);
     let mode = if env.is_empty() { "tp_btf" } else { "raw_tp" };
-    assert_eq!(daemon.scrape().sum("blkobs_build_info", &[("attach", mode)]), 1.0);
+    assert_eq!(
+        daemon
+            .scrape()
+            .sum("blkobs_build_info", &[("attach", mode)]),
+        1.0
+    );
     let dev = LoopDev::new(700, scheduler);
-    assert_eq!(dev.sysfs("queue/write_cache"), "write back", "loop devices here have a volatile write cache");
+    assert_eq!(
+        dev.sysfs("queue/write_cache"),
+        "write back",
+        "loop devices here have a volatile write cache"
+    );
     quiesce(&dev.name);
     let before = daemon.scrape();
     let d0 = diskstats(&dev.name);
@@ -52,74 +79,142 @@ fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
     // 1. Completed requests by op equal the kernel's own accounting exactly.
     let delta = |f: fn(&DiskStats) -> u64| (f(&d1) - f(&d0)) as f64;
     let ours = |op: &str| requests(&after, n, op) - requests(&before, n, op);
-    let (r, w, d, f) = (ours("read"), ours("write") + ours("write_zeroes"), ours("discard"), ours("flush"));
-    eprintln!("[{scheduler}] diskstats r={} w={} d={} f={} | observer r={r} w={w} d={d} f={f}",
-        delta(|s| s.reads), delta(|s| s.writes), delta(|s| s.discards), delta(|s| s.flushes));
+    let (r, w, d, f) = (
+        ours("read"),
+        ours("write") + ours("write_zeroes"),
+        ours("discard"),
+        ours("flush"),
+    );
+    eprintln!(
+        "[{scheduler}] diskstats r={} w={} d={} f={} | observer r={r} w={w} d={d} f={f}",
+        delta(|s| s.reads),
+        delta(|s| s.writes),
+        delta(|s| s.discards),
+        delta(|s| s.flushes)
+    );
     assert_eq!(r, delta(|s| s.reads), "reads");
     assert_eq!(w, delta(|s| s.writes), "writes (incl. write_zeroes)");
     assert_eq!(d, delta(|s| s.discards), "discards");
     assert_eq!(f, delta(|s| s.flushes), "flushes");
     assert_eq!(ours("other"), 0.0);
-    assert!(r > 1000.0 && w > 1000.0 && d > 0.0 && f >= fsyncs as f64, "workload too small to prove anything");
+    assert!(
+        r > 1000.0 && w > 1000.0 && d > 0.0 && f >= fsyncs as f64,
+        "workload too small to prove anything"
+    );
 
     let merges = |op: &str| {
         after.sum("blkobs_merges_total", &[("device", n), ("op", op)])
             - before.sum("blkobs_merges_total", &[("device", n), ("op", op)])
     };
     assert_eq!(merges("read"), delta(|s| s.reads_merged), "read merges");
-    assert_eq!(merges("write") + merges("write_zeroes"), delta(|s| s.writes_merged), "write merges");
+    assert_eq!(
+        merges("write") + merges("write_zeroes"),
+        delta(|s| s.writes_merged),
+        "write merges"
+    );
 
     let lost: f64 = after.sum("blkobs_lost_completions_total", &[("device", n)]);
     let total: f64 = OPS.iter().map(|op| ours(op)).sum();
     eprintln!("[{scheduler}] lost completions {lost} of {total} requests");
-    assert!(lost <= total * 0.005, "too many lost completions: {lost} of {total}");
+    assert!(
+        lost <= total * 0.005,
+        "too many lost completions: {lost} of {total}"
+    );
 
     // 2. XFS log writes on a write-back cache carry PREFLUSH/FUA: at least one per fsync.
-    let log_like = after.sum("blkobs_requests_total", &[("device", n), ("op", "write"), ("fua", "true")])
-        + after.sum("blkobs_requests_total", &[("device", n), ("op", "write"), ("preflush", "true"), ("fua", "false")]);
+    let log_like = after.sum(
+        "blkobs_requests_total",
+        &[("device", n), ("op", "write"), ("fua", "true")],
+    ) + after.sum(
+        "blkobs_requests_total",
+        &[
+            ("device", n),
+            ("op", "write"),
+            ("preflush", "true"),
+            ("fua", "false"),
+        ],
+    );
     eprintln!("[{scheduler}] preflush/fua writes: {log_like} for {fsyncs} fsyncs");
-    assert!(log_like >= fsyncs as f64, "{log_like} preflush/FUA writes for {fsyncs} fsyncs");
+    assert!(
+        log_like >= fsyncs as f64,
+        "{log_like} preflush/FUA writes for {fsyncs} fsyncs"
+    );
     // The internal flush request has a device stage, and no queue stage.
-    assert!(after.sum("blkobs_request_latency_seconds_count", &[("device", n), ("op", "flush"), ("stage", "device")]) > 0.0);
-    assert_eq!(after.sum("blkobs_request_latency_seconds_count", &[("device", n), ("op", "flush"), ("stage", "queue")]), 0.0);
+    assert!(
+        after.sum(
+            "blkobs_request_latency_seconds_count",
+            &[("device", n), ("op", "flush"), ("stage", "device")]
+        ) > 0.0
+    );
+    assert_eq!(
+        after.sum(
+            "blkobs_request_latency_seconds_count",
+            &[("device", n), ("op", "flush"), ("stage", "queue")]
+        ),
+        0.0
+    );
 
     // 3. Per class: queue + device = total (sums), counts consistent, no absurd latency.
-    let classes: std::collections::BTreeSet<Vec<(String, String)>> = after
-        .select("blkobs_request_latency_seconds_sum", &[("device", n)])
-        .map(|s| s.labels.iter().filter(|(k, _)| *k != "stage").map(|(k, v)| (k.clone(), v.clone())).collect())
-        .collect();
-    assert!(classes.len() >= 4, "expected several classes, got {classes:?}");
+    let classes = after.latency_classes(n);
+    assert!(
+        classes.len() >= 4,
+        "expected several classes, got {classes:?}"
+    );
     for class in &classes {
-        let want: Vec<(&str, &str)> = class.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let stage = |st: &str, what: &str| {
-            let mut w = want.clone();
-            w.push(("stage", st));
-            after.sum(&format!("blkobs_request_latency_seconds_{what}"), &w)
-        };
-        let (q, dv, t) = (stage("queue", "sum"), stage("device", "sum"), stage("total", "sum"));
-        assert!(q >= 0.0 && dv >= 0.0 && t > 0.0, "{class:?}: negative or empty sums");
-        assert!((q + dv - t).abs() <= 1e-6 * t.max(1.0), "{class:?}: queue {q} + device {dv} != total {t}");
+        let want = labels(class);
+        let stage = |st: &str, what: &str| after.class_stage(class, st, what);
+        let (q, dv, t) = (
+            stage("queue", "sum"),
+            stage("device", "sum"),
+            stage("total", "sum"),
+        );
+        assert!(
+            q >= 0.0 && dv >= 0.0 && t > 0.0,
+            "{class:?}: negative or empty sums"
+        );
+        assert!(
+            (q + dv - t).abs() <= 1e-6 * t.max(1.0),
+            "{class:?}: queue {q} + device {dv} != total {t}"
+        );
         let requests = after.sum("blkobs_requests_total", &want);
         let lost = after.sum("blkobs_lost_completions_total", &want);
-        assert_eq!(stage("total", "count"), requests - lost, "{class:?}: total-stage samples vs requests");
+        assert_eq!(
+            stage("total", "count"),
+            requests - lost,
+            "{class:?}: total-stage samples vs requests"
+        );
         // Nothing above 67 s (the last finite bucket) on a RAM-backed loop device.
         let mut w = want.clone();
         w.push(("stage", "total"));
         w.push(("le", "67.108864"));
-        assert_eq!(after.sum("blkobs_request_latency_seconds_bucket", &w), stage("total", "count"), "{class:?}: absurd latency");
+        assert_eq!(
+            after.sum("blkobs_request_latency_seconds_bucket", &w),
+            stage("total", "count"),
+            "{class:?}: absurd latency"
+        );
     }
     // The scheduler holds requests with mq-deadline: queue time is real there.
-    let q_reads = after.sum("blkobs_request_latency_seconds_count", &[("device", n), ("op", "read"), ("stage", "queue")]);
+    let q_reads = after.sum(
+        "blkobs_request_latency_seconds_count",
+        &[("device", n), ("op", "read"), ("stage", "queue")],
+    );
     assert!(q_reads > 0.0);
 
     // 4. Time witness: diskstats' ms spent on reads/writes vs our total-stage sums. The kernel
     //    starts its clock at request allocation, slightly before block_io_start.
-    let our_read_s = after.sum("blkobs_request_latency_seconds_sum", &[("device", n), ("op", "read"), ("stage", "total")])
-        - before.sum("blkobs_request_latency_seconds_sum", &[("device", n), ("op", "read"), ("stage", "total")]);
+    let our_read_s = after.sum(
+        "blkobs_request_latency_seconds_sum",
+        &[("device", n), ("op", "read"), ("stage", "total")],
+    ) - before.sum(
+        "blkobs_request_latency_seconds_sum",
+        &[("device", n), ("op", "read"), ("stage", "total")],
+    );
     let ks_read_s = delta(|s| s.read_ms) / 1000.0;
     eprintln!("[{scheduler}] read time: diskstats {ks_read_s:.3} s, observer {our_read_s:.3} s");
-    assert!(our_read_s <= ks_read_s * 1.05 + 0.02 && our_read_s >= ks_read_s * 0.7 - 0.02,
-        "read time {our_read_s} s vs diskstats {ks_read_s} s");
+    assert!(
+        our_read_s <= ks_read_s * 1.05 + 0.02 && our_read_s >= ks_read_s * 0.7 - 0.02,
+        "read time {our_read_s} s vs diskstats {ks_read_s} s"
+    );
 
     // 5. The exposition passes promtool.
     promtool_check(&daemon.metrics_text());
@@ -135,7 +230,12 @@ fn promtool_check(text: &str) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("promtool (Debian package prometheus) must be installed");
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -176,25 +276,58 @@ fn partition_io_counts_for_the_disk() {
     }
     let daemon = Daemon::start(&[]);
     let dev = LoopDev::new(64, "none");
-    let mut sfdisk = Command::new("sfdisk").arg("-q").arg(&dev.path).stdin(std::process::Stdio::piped()).spawn().unwrap();
+    let mut sfdisk = Command::new("sfdisk")
+        .arg("-q")
+        .arg(&dev.path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     {
         use std::io::Write;
-        sfdisk.stdin.take().unwrap().write_all(b"label: dos\nstart=2048, size=32768\n").unwrap();
+        sfdisk
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"label: dos\nstart=2048, size=32768\n")
+            .unwrap();
     }
     assert!(sfdisk.wait().unwrap().success());
     sh("partx", &["-a", &dev.path]);
     let part = format!("{}p1", dev.path);
     assert!(Path::new(&part).exists(), "{part} missing");
     quiesce(&dev.name);
-    let w0 = daemon.scrape().sum("blkobs_requests_total", &[("device", &dev.name), ("op", "write")]);
+    let w0 = daemon.scrape().sum(
+        "blkobs_requests_total",
+        &[("device", &dev.name), ("op", "write")],
+    );
     let d0 = diskstats(&dev.name);
-    sh("dd", &["if=/dev/zero", &format!("of={part}"), "bs=4k", "count=100", "oflag=direct", "status=none"]);
+    sh(
+        "dd",
+        &[
+            "if=/dev/zero",
+            &format!("of={part}"),
+            "bs=4k",
+            "count=100",
+            "oflag=direct",
+            "status=none",
+        ],
+    );
     quiesce(&dev.name);
     let m = daemon.scrape();
-    let w1 = m.sum("blkobs_requests_total", &[("device", &dev.name), ("op", "write")]);
+    let w1 = m.sum(
+        "blkobs_requests_total",
+        &[("device", &dev.name), ("op", "write")],
+    );
     assert_eq!(w1 - w0, (diskstats(&dev.name).writes - d0.writes) as f64);
     assert!(w1 - w0 >= 100.0);
-    assert_eq!(m.select("blkobs_requests_total", &[("device", &format!("{}p1", dev.name))]).count(), 0);
+    assert_eq!(
+        m.select(
+            "blkobs_requests_total",
+            &[("device", &format!("{}p1", dev.name))]
+        )
+        .count(),
+        0
+    );
     let _ = Command::new("partx").args(["-d", &dev.path]).status();
 }
 
@@ -207,8 +340,18 @@ fn inflight_at_start_is_untracked() {
     }
     let dev = LoopDev::new(256, "mq-deadline");
     let mut fio = Command::new("fio")
-        .args(["--name=bg", &format!("--filename={}", dev.path), "--rw=randread", "--bs=4k", "--direct=1",
-               "--ioengine=libaio", "--iodepth=64", "--runtime=6", "--time_based", "--output=/dev/null"])
+        .args([
+            "--name=bg",
+            &format!("--filename={}", dev.path),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=64",
+            "--runtime=6",
+            "--time_based",
+            "--output=/dev/null",
+        ])
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
@@ -217,19 +360,34 @@ fn inflight_at_start_is_untracked() {
     assert!(fio.wait().unwrap().success());
     quiesce(&dev.name);
     let m = daemon.scrape();
-    assert!(m.sum("blkobs_untracked_completions_total", &[]) >= 1.0, "in-flight requests at start must be untracked");
+    assert!(
+        m.sum("blkobs_untracked_completions_total", &[]) >= 1.0,
+        "in-flight requests at start must be untracked"
+    );
     assert_eq!(m.sum("blkobs_clock_anomalies_total", &[]), 0.0);
     let n = &dev.name;
-    let count = m.sum("blkobs_request_latency_seconds_count", &[("device", n), ("stage", "total")]);
-    let fast = m.sum("blkobs_request_latency_seconds_bucket", &[("device", n), ("stage", "total"), ("le", "1.048576")]);
+    let count = m.sum(
+        "blkobs_request_latency_seconds_count",
+        &[("device", n), ("stage", "total")],
+    );
+    let fast = m.sum(
+        "blkobs_request_latency_seconds_bucket",
+        &[("device", n), ("stage", "total"), ("le", "1.048576")],
+    );
     assert!(count > 1000.0);
-    assert_eq!(fast, count, "a request took over 1 s on a RAM-backed loop device: bogus latency");
+    assert_eq!(
+        fast, count,
+        "a request took over 1 s on a RAM-backed loop device: bogus latency"
+    );
 }
 
 #[test]
 fn bad_config_and_flags_exit_2_naming_the_key() {
     let bin = env!("CARGO_BIN_EXE_observer");
-    let out = Command::new(bin).args(["--listen", "nonsense"]).output().unwrap();
+    let out = Command::new(bin)
+        .args(["--listen", "nonsense"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
 
@@ -237,15 +395,24 @@ fn bad_config_and_flags_exit_2_naming_the_key() {
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("bad.toml");
     std::fs::write(&cfg, "[histogram]\nbuckets = [0.5, 0.1]\n").unwrap();
-    let out = Command::new(bin).args(["--config", cfg.to_str().unwrap(), "--check-config"]).output().unwrap();
+    let out = Command::new(bin)
+        .args(["--config", cfg.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("histogram.buckets"));
     std::fs::write(&cfg, "listen = \"127.0.0.1:1\"\nunknown_key = 1\n").unwrap();
-    let out = Command::new(bin).args(["--config", cfg.to_str().unwrap(), "--check-config"]).output().unwrap();
+    let out = Command::new(bin)
+        .args(["--config", cfg.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown_key"));
     std::fs::write(&cfg, "[devices]\ninclude = [\"loop*\"]\n").unwrap();
-    let out = Command::new(bin).args(["--config", cfg.to_str().unwrap(), "--check-config"]).output().unwrap();
+    let out = Command::new(bin)
+        .args(["--config", cfg.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -257,14 +424,30 @@ fn unprivileged_start_fails_cleanly() {
     if !require_root("unprivileged_start_fails_cleanly") {
         return;
     }
-    let links = || sh("bpftool", &["link", "show"]).lines().filter(|l| l.contains("prog")).count();
+    let links = || {
+        sh("bpftool", &["link", "show"])
+            .lines()
+            .filter(|l| l.contains("prog"))
+            .count()
+    };
     let before = links();
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", env!("CARGO_BIN_EXE_observer"), "--listen", "127.0.0.1:0"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            env!("CARGO_BIN_EXE_observer"),
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
+    assert!(
+        err.contains("CAP_BPF") && err.contains("CAP_PERFMON"),
+        "{err}"
+    );
     assert_eq!(links(), before);
 }

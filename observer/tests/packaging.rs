@@ -6,7 +6,7 @@
 //!
 //! Tools come from scripts/provision.sh. Missing tools skip the test, except with `CI=true`.
 
-mod ops_support;
+mod support;
 
 use std::{
     collections::BTreeSet,
@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use ops_support::*;
+use support::*;
 
 const UNIT: &str = "packaging/observer.service";
 const SECURITY_LIMIT: f64 = 3.0;
@@ -27,37 +27,77 @@ fn read(rel: &str) -> String {
 /// The unit with /usr/bin/observer pointing at the freshly built binary, in `dir`.
 fn staged_unit(dir: &TempDir) -> PathBuf {
     let p = dir.join("observer.service");
-    std::fs::write(&p, read(UNIT).replace("/usr/bin/observer", &observer_bin().to_string_lossy())).unwrap();
+    std::fs::write(
+        &p,
+        read(UNIT).replace("/usr/bin/observer", &observer_bin().to_string_lossy()),
+    )
+    .unwrap();
     p
 }
 
 /// Values of a directive, in order (`Key=value` lines of the unit).
 fn directive(unit: &str, key: &str) -> Vec<String> {
-    unit.lines().filter_map(|l| l.strip_prefix(&format!("{key}="))).map(|v| v.trim().to_string()).collect()
+    unit.lines()
+        .filter_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(|v| v.trim().to_string())
+        .collect()
 }
 
 #[test]
 fn unit_verifies_and_scores_within_limit() {
-    if !require(which("systemd-analyze").is_some(), "systemd-analyze not found (apt-get install systemd)") {
+    if !require(
+        which("systemd-analyze").is_some(),
+        "systemd-analyze not found (apt-get install systemd)",
+    ) {
         return;
     }
     let unit = read(UNIT);
     assert_eq!(directive(&unit, "Type"), ["notify"]);
-    assert_eq!(directive(&unit, "DynamicUser"), ["yes"], "must run as a non-root (dynamic) user");
-    assert_eq!(directive(&unit, "AmbientCapabilities"), ["CAP_BPF CAP_PERFMON"]);
-    assert_eq!(directive(&unit, "CapabilityBoundingSet"), ["CAP_BPF CAP_PERFMON"]);
+    assert_eq!(
+        directive(&unit, "DynamicUser"),
+        ["yes"],
+        "must run as a non-root (dynamic) user"
+    );
+    assert_eq!(
+        directive(&unit, "AmbientCapabilities"),
+        ["CAP_BPF CAP_PERFMON"]
+    );
+    assert_eq!(
+        directive(&unit, "CapabilityBoundingSet"),
+        ["CAP_BPF CAP_PERFMON"]
+    );
     // Filesystem log discovery reads block devices: read-only, granted narrowly (docs/operations.md).
     assert_eq!(directive(&unit, "SupplementaryGroups"), ["disk"]);
     assert_eq!(directive(&unit, "PrivateDevices"), ["no"]);
     assert_eq!(directive(&unit, "DevicePolicy"), ["closed"]);
-    assert_eq!(directive(&unit, "DeviceAllow"), ["block-* r"], "block devices: read only");
-    assert!(directive(&unit, "ExecReload").iter().any(|v| v.contains("-HUP $MAINPID")), "ExecReload must send SIGHUP");
+    assert_eq!(
+        directive(&unit, "DeviceAllow"),
+        ["block-* r"],
+        "block devices: read only"
+    );
+    assert!(
+        directive(&unit, "ExecReload")
+            .iter()
+            .any(|v| v.contains("-HUP $MAINPID")),
+        "ExecReload must send SIGHUP"
+    );
 
     let dir = TempDir::new("blkobs-unit");
     let path = staged_unit(&dir);
-    let out = Command::new("systemd-analyze").arg("verify").arg(&path).output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && text.trim().is_empty(), "systemd-analyze verify is not clean:\n{text}");
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.trim().is_empty(),
+        "systemd-analyze verify is not clean:\n{text}"
+    );
 
     let out = Command::new("systemd-analyze")
         .args(["security", "--offline=true", "--no-pager"])
@@ -67,12 +107,23 @@ fn unit_verifies_and_scores_within_limit() {
     let text = String::from_utf8_lossy(&out.stdout);
     let score: f64 = text
         .lines()
-        .find_map(|l| l.split("Overall exposure level for observer.service:").nth(1))
+        .find_map(|l| {
+            l.split("Overall exposure level for observer.service:")
+                .nth(1)
+        })
         .and_then(|r| r.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no exposure score in:\n{text}{}", String::from_utf8_lossy(&out.stderr)));
+        .unwrap_or_else(|| {
+            panic!(
+                "no exposure score in:\n{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
     eprintln!("systemd-analyze security --offline=true: exposure {score}");
-    assert!(score <= SECURITY_LIMIT, "exposure {score} > {SECURITY_LIMIT}:\n{text}");
+    assert!(
+        score <= SECURITY_LIMIT,
+        "exposure {score} > {SECURITY_LIMIT}:\n{text}"
+    );
 }
 
 /// Expands a syscall group (recursively) with `systemd-analyze syscall-filter`.
@@ -80,8 +131,15 @@ fn syscall_group(name: &str, seen: &mut BTreeSet<String>) -> BTreeSet<String> {
     if !name.starts_with('@') {
         return BTreeSet::from([name.to_string()]);
     }
-    let out = Command::new("systemd-analyze").args(["syscall-filter", "--no-pager", name]).output().unwrap();
-    assert!(out.status.success(), "systemd-analyze syscall-filter {name}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("systemd-analyze")
+        .args(["syscall-filter", "--no-pager", name])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "systemd-analyze syscall-filter {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut set = BTreeSet::new();
     for l in String::from_utf8_lossy(&out.stdout).lines().skip(1) {
         let t = l.trim();
@@ -89,7 +147,10 @@ fn syscall_group(name: &str, seen: &mut BTreeSet<String>) -> BTreeSet<String> {
             if seen.insert(t.to_string()) {
                 set.extend(syscall_group(t, seen));
             }
-        } else if !t.is_empty() && t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+        } else if !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
             set.insert(t.to_string());
         }
     }
@@ -105,7 +166,10 @@ fn unit_syscall_allow_list(unit: &str) -> BTreeSet<String> {
             Some(rest) => (true, rest),
             None => (false, line.as_str()),
         };
-        assert!(!(i == 0 && deny), "the first SystemCallFilter= must be an allow list");
+        assert!(
+            !(i == 0 && deny),
+            "the first SystemCallFilter= must be an allow list"
+        );
         for item in items.split_whitespace() {
             let set = syscall_group(item, &mut BTreeSet::new());
             if deny {
@@ -125,12 +189,19 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
     }
     let unit = read(UNIT);
     let allow = unit_syscall_allow_list(&unit);
-    assert!(allow.contains("bpf") && !allow.contains("reboot") && !allow.contains("init_module"), "filter parse");
-    let families: Vec<String> = directive(&unit, "RestrictAddressFamilies").join(" ").split_whitespace().map(String::from).collect();
+    assert!(
+        allow.contains("bpf") && !allow.contains("reboot") && !allow.contains("init_module"),
+        "filter parse"
+    );
+    let families: Vec<String> = directive(&unit, "RestrictAddressFamilies")
+        .join(" ")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
 
     let dir = TempDir::new("blkobs-strace");
     let bin = observer_copy_for_any_user(&dir);
-    let dev = LoopDev::new(32);
+    let dev = LoopDev::kernel_scheduler(32);
     let port = free_port();
     let trace = dir.join("trace");
     let mut cmd = Command::new("strace");
@@ -144,42 +215,79 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         "--ambient-caps=-all,+bpf,+perfmon",
         "--bounding-set=-all,+bpf,+perfmon",
     ]);
-    cmd.arg(&bin).args(["--listen", &format!("127.0.0.1:{port}"), "--device", &dev.name]);
-    let mut strace = start_observer(cmd, port, &dir.join("observer.log"));
-    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", strace.pid())).unwrap();
-    let pid: i32 = children.split_whitespace().next().expect("strace has no child").parse().unwrap();
+    cmd.arg(&bin).args([
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--device",
+        &dev.name,
+    ]);
+    let mut strace = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", strace.pid())).unwrap();
+    let pid: i32 = children
+        .split_whitespace()
+        .next()
+        .expect("strace has no child")
+        .parse()
+        .unwrap();
 
     // Exercise what the service does: serve scrapes under I/O, reload, stop.
     dev.write_direct(0, 16);
     let body = http_get(&format!("http://127.0.0.1:{port}/metrics")).unwrap();
-    assert!(body.contains(&dev.name), "device not in metrics under strace");
+    assert!(
+        body.contains(&dev.name),
+        "device not in metrics under strace"
+    );
     unsafe { libc::kill(pid, libc::SIGHUP) };
     std::thread::sleep(Duration::from_millis(500));
     http_get(&format!("http://127.0.0.1:{port}/metrics")).unwrap();
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    let st = strace.wait_timeout(Duration::from_secs(30)).expect("daemon under strace did not stop");
+    let st = strace
+        .wait_timeout(Duration::from_secs(30))
+        .expect("daemon under strace did not stop");
     assert!(st.success(), "{st}");
 
     let text = std::fs::read_to_string(&trace).unwrap();
     let exec = format!("execve(\"{}\"", bin.display());
-    let start = text.find(&exec).expect("no execve of the daemon in the trace");
+    let start = text
+        .find(&exec)
+        .expect("no execve of the daemon in the trace");
     let mut used = BTreeSet::new();
     let mut socket_families = BTreeSet::new();
     for l in text[start..].lines() {
         let rest = l.split_once(' ').map(|(_, r)| r.trim_start()).unwrap_or("");
-        if let Some(name) = rest.split('(').next().filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')) {
+        if let Some(name) = rest.split('(').next().filter(|n| {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        }) {
             used.insert(name.to_string());
             if name == "socket" || name == "socketpair" {
                 socket_families.insert(rest.split(['(', ',']).nth(1).unwrap_or("").to_string());
             }
         }
     }
-    assert!(used.contains("bpf") && used.contains("accept4"), "trace looks incomplete: {used:?}");
+    assert!(
+        used.contains("bpf") && used.contains("accept4"),
+        "trace looks incomplete: {used:?}"
+    );
     let blocked: Vec<_> = used.difference(&allow).collect();
-    assert!(blocked.is_empty(), "syscalls the unit's SystemCallFilter would block: {blocked:?}");
-    let bad: Vec<_> = socket_families.iter().filter(|f| !families.contains(f)).collect();
-    assert!(bad.is_empty(), "socket families not in RestrictAddressFamilies={families:?}: {bad:?}");
-    eprintln!("{} syscalls used, all allowed; socket families {socket_families:?}", used.len());
+    assert!(
+        blocked.is_empty(),
+        "syscalls the unit's SystemCallFilter would block: {blocked:?}"
+    );
+    let bad: Vec<_> = socket_families
+        .iter()
+        .filter(|f| !families.contains(f))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "socket families not in RestrictAddressFamilies={families:?}: {bad:?}"
+    );
+    eprintln!(
+        "{} syscalls used, all allowed; socket families {socket_families:?}",
+        used.len()
+    );
 }
 
 #[test]
@@ -195,32 +303,63 @@ fn install_script_stages_binary_unit_config_docs_dashboards() {
             .arg(observer_bin())
             .output()
             .unwrap();
-        assert!(out.status.success(), "install.sh failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "install.sh failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     run();
     let at = |p: &str| dest.join(p.trim_start_matches('/'));
     use std::os::unix::fs::PermissionsExt;
-    let mode = |p: &str| std::fs::metadata(at(p)).unwrap_or_else(|e| panic!("{p}: {e}")).permissions().mode() & 0o777;
+    let mode = |p: &str| {
+        std::fs::metadata(at(p))
+            .unwrap_or_else(|e| panic!("{p}: {e}"))
+            .permissions()
+            .mode()
+            & 0o777
+    };
     assert_eq!(mode("/usr/bin/observer"), 0o755);
     assert_eq!(mode("/lib/systemd/system/observer.service"), 0o644);
-    assert_eq!(std::fs::read_to_string(at("/lib/systemd/system/observer.service")).unwrap(), read(UNIT));
-    assert_eq!(std::fs::read_to_string(at("/etc/observer/observer.toml")).unwrap(), read("packaging/observer.toml"));
-    for f in ["/usr/share/doc/observer/operations.md", "/usr/share/doc/observer/prometheus.yml", "/usr/share/doc/observer/daemonset.yaml",
+    assert_eq!(
+        std::fs::read_to_string(at("/lib/systemd/system/observer.service")).unwrap(),
+        read(UNIT)
+    );
+    assert_eq!(
+        std::fs::read_to_string(at("/etc/observer/observer.toml")).unwrap(),
+        read("packaging/observer.toml")
+    );
+    for f in [
+        "/usr/share/doc/observer/operations.md",
+        "/usr/share/doc/observer/prometheus.yml",
+        "/usr/share/doc/observer/daemonset.yaml",
         "/usr/share/doc/observer/grafana-provisioning/dashboards.yaml",
     ] {
         assert!(at(f).is_file(), "{f} not installed");
     }
-    let dashboards = std::fs::read_dir(at("/usr/share/observer/dashboards")).unwrap().count();
+    let dashboards = std::fs::read_dir(at("/usr/share/observer/dashboards"))
+        .unwrap()
+        .count();
     assert!(dashboards >= 3, "{dashboards} dashboards installed");
     // The unit's ExecStart path is what install.sh installs.
-    assert!(directive(&read(UNIT), "ExecStart").iter().all(|v| v.starts_with("/usr/bin/observer ")));
+    assert!(directive(&read(UNIT), "ExecStart")
+        .iter()
+        .all(|v| v.starts_with("/usr/bin/observer ")));
 
     // A second install keeps an edited config.
-    std::fs::write(at("/etc/observer/observer.toml"), "listen = \"127.0.0.1:9999\"\n").unwrap();
+    std::fs::write(
+        at("/etc/observer/observer.toml"),
+        "listen = \"127.0.0.1:9999\"\n",
+    )
+    .unwrap();
     let out = run();
     assert!(out.contains("kept existing"), "{out}");
-    assert_eq!(std::fs::read_to_string(at("/etc/observer/observer.toml")).unwrap(), "listen = \"127.0.0.1:9999\"\n");
+    assert_eq!(
+        std::fs::read_to_string(at("/etc/observer/observer.toml")).unwrap(),
+        "listen = \"127.0.0.1:9999\"\n"
+    );
     assert!(at("/etc/observer/observer.toml.dist").is_file());
 }
 
@@ -232,15 +371,26 @@ fn default_config_is_valid() {
         .arg("--check-config")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn prometheus_example_config_is_valid() {
-    if !require(which("promtool").is_some(), "promtool not found (apt-get install prometheus)") {
+    if !require(
+        which("promtool").is_some(),
+        "promtool not found (apt-get install prometheus)",
+    ) {
         return;
     }
-    let out = Command::new("promtool").args(["check", "config"]).arg(repo_root().join("packaging/prometheus.yml")).output().unwrap();
+    let out = Command::new("promtool")
+        .args(["check", "config"])
+        .arg(repo_root().join("packaging/prometheus.yml"))
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "promtool rejects packaging/prometheus.yml:\n{}{}",
@@ -252,13 +402,23 @@ fn prometheus_example_config_is_valid() {
 fn tool_venv_bin(name: &str, env: &str) -> Option<PathBuf> {
     std::env::var_os(env)
         .map(PathBuf::from)
-        .or_else(|| Some(PathBuf::from(format!("/opt/blkobs-tools/venv/bin/{name}"))).filter(|p| p.is_file()))
+        .or_else(|| {
+            Some(PathBuf::from(format!("/opt/blkobs-tools/venv/bin/{name}")))
+                .filter(|p| p.is_file())
+        })
         .or_else(|| which(name))
 }
 
 fn kubernetes_validate(kv: &Path, file: &Path) -> (bool, String) {
     let out = Command::new(kv).arg("--strict").arg(file).output().unwrap();
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }
 
 #[test]
@@ -270,10 +430,19 @@ fn daemonset_validates_against_the_kubernetes_schema() {
     let kv = kv.unwrap();
     let file = repo_root().join("packaging/k8s/daemonset.yaml");
     let (ok, text) = kubernetes_validate(&kv, &file);
-    assert!(ok, "packaging/k8s/daemonset.yaml does not validate:\n{text}");
-    assert!(text.contains("passed for resource daemonset/blkobs-observer"), "DaemonSet not validated:\n{text}");
+    assert!(
+        ok,
+        "packaging/k8s/daemonset.yaml does not validate:\n{text}"
+    );
+    assert!(
+        text.contains("passed for resource daemonset/blkobs-observer"),
+        "DaemonSet not validated:\n{text}"
+    );
     let y = read("packaging/k8s/daemonset.yaml");
-    assert!(y.contains("add: [\"BPF\", \"PERFMON\"]") && y.contains("drop: [\"ALL\"]"), "capabilities must be exactly BPF + PERFMON");
+    assert!(
+        y.contains("add: [\"BPF\", \"PERFMON\"]") && y.contains("drop: [\"ALL\"]"),
+        "capabilities must be exactly BPF + PERFMON"
+    );
     assert!(!y.contains("privileged: true"));
 
     // The validator must reject a broken manifest (the check above can fail).
@@ -281,14 +450,25 @@ fn daemonset_validates_against_the_kubernetes_schema() {
     let broken = dir.join("broken.yaml");
     std::fs::write(&broken, y.replace("      containers:", "      containerz:")).unwrap();
     let (ok, text) = kubernetes_validate(&kv, &broken);
-    assert!(!ok, "kubernetes-validate accepted a DaemonSet without containers:\n{text}");
+    assert!(
+        !ok,
+        "kubernetes-validate accepted a DaemonSet without containers:\n{text}"
+    );
 }
 
 #[test]
 fn grafana_provisioning_examples_match_the_install_layout() {
     let py = tool_venv_bin("python3", "BLKOBS_TOOLS_PYTHON");
-    let has_yaml = py.as_ref().is_some_and(|p| Command::new(p).args(["-c", "import yaml"]).status().is_ok_and(|s| s.success()));
-    if !require(has_yaml, "python3 with PyYAML not found (scripts/provision.sh's venv has it)") {
+    let has_yaml = py.as_ref().is_some_and(|p| {
+        Command::new(p)
+            .args(["-c", "import yaml"])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !require(
+        has_yaml,
+        "python3 with PyYAML not found (scripts/provision.sh's venv has it)",
+    ) {
         return;
     }
     let script = r#"
@@ -306,8 +486,15 @@ assert s["datasources"][0]["type"] == "prometheus", s
         .arg(repo_root().join("dashboards/provisioning/datasource.yaml"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert_eq!(path, "/usr/share/observer/dashboards", "provider path must be where install.sh puts the dashboards");
+    assert_eq!(
+        path, "/usr/share/observer/dashboards",
+        "provider path must be where install.sh puts the dashboards"
+    );
     assert!(read("packaging/install.sh").contains("SHARE_DIR=/usr/share/observer"));
 }

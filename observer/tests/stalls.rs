@@ -1,7 +1,7 @@
 //! /stalls, /inflight, /histograms against known injected delays: a FUSE file that sleeps on
 //! writes backs a loop device, so the device latency is known independently of the observer.
 
-mod common;
+mod support;
 
 use std::{
     process::{Command, Stdio},
@@ -9,8 +9,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{slowfs::SlowDisk, *};
 use serde_json::Value;
+use support::*;
 
 fn json(d: &Daemon, path: &str) -> Value {
     let (status, body) = d.get(path).expect("GET");
@@ -30,7 +30,12 @@ fn named_dd(name: &str) -> std::path::PathBuf {
 }
 
 fn slow_of<'a>(v: &'a Value, comm: &str) -> Vec<&'a Value> {
-    v["slow"].as_array().unwrap().iter().filter(|s| s["submitter"]["comm"] == comm).collect()
+    v["slow"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["submitter"]["comm"] == comm)
+        .collect()
 }
 
 /// The device latency of every write equals the injected delay within 5 % + 3 ms, and the
@@ -47,17 +52,33 @@ fn injected_delay_and_submitter() {
     disk.mount.set_write_delay(delay);
     let dd = named_dd("blkobs-fsyncer");
     let mut child = Command::new(&dd)
-        .args(["if=/dev/zero", &format!("of={}", disk.path), "bs=4k", "count=6", "seek=100", "oflag=direct", "conv=fsync", "status=none"])
+        .args([
+            "if=/dev/zero",
+            &format!("of={}", disk.path),
+            "bs=4k",
+            "count=6",
+            "seek=100",
+            "oflag=direct",
+            "conv=fsync",
+            "status=none",
+        ])
         .spawn()
         .unwrap();
     let pid = child.id();
     assert!(child.wait().unwrap().success());
     std::thread::sleep(Duration::from_millis(300));
 
-    let v = json(&daemon, &format!("/stalls?device={}&format=json&limit=100", disk.name));
+    let v = json(
+        &daemon,
+        &format!("/stalls?device={}&format=json&limit=100", disk.name),
+    );
     let mine = slow_of(&v, "blkobs-fsyncer");
     let writes: Vec<&&Value> = mine.iter().filter(|s| s["op"] == "write").collect();
-    assert!(writes.len() >= 6, "expected 6 slow writes by blkobs-fsyncer, got {}: {v}", writes.len());
+    assert!(
+        writes.len() >= 6,
+        "expected 6 slow writes by blkobs-fsyncer, got {}: {v}",
+        writes.len()
+    );
     let want = delay.as_secs_f64();
     let served = disk.knobs().served.lock().unwrap().clone();
     let mut devs = Vec::new();
@@ -67,8 +88,16 @@ fn injected_delay_and_submitter() {
         // Witness 1: the FUSE server's own time for the write at this offset. The device stage
         // contains it, plus only the loop driver's and FUSE's hand-over (a few ms on a busy box).
         let offset = w["sector"].as_u64().unwrap() * 512;
-        let server = served.iter().find(|(o, _)| *o == offset).unwrap_or_else(|| panic!("no FUSE write at {offset}")).1.as_secs_f64();
-        assert!(dev >= server && dev <= server + 0.010, "device latency {dev} s vs {server} s in the FUSE server");
+        let server = served
+            .iter()
+            .find(|(o, _)| *o == offset)
+            .unwrap_or_else(|| panic!("no FUSE write at {offset}"))
+            .1
+            .as_secs_f64();
+        assert!(
+            dev >= server && dev <= server + 0.010,
+            "device latency {dev} s vs {server} s in the FUSE server"
+        );
         let total = w["total_seconds"].as_f64().unwrap();
         let queue = w["queue_seconds"].as_f64().unwrap();
         assert!((queue + dev - total).abs() < 1e-6);
@@ -79,7 +108,10 @@ fn injected_delay_and_submitter() {
     // Witness 2: the injected delay, recovered within 5 % + 3 ms (median of the writes).
     devs.sort_by(f64::total_cmp);
     let median = devs[devs.len() / 2];
-    assert!(median >= want && median <= want * 1.05 + 0.003, "median device latency {median} s vs injected {want} s");
+    assert!(
+        median >= want && median <= want * 1.05 + 0.003,
+        "median device latency {median} s vs injected {want} s"
+    );
     // The histograms endpoint agrees: device-stage p50 of these writes ≈ the delay.
     let h = json(&daemon, &format!("/histograms?device={}", disk.name));
     let dev_hist = h["histograms"]
@@ -92,7 +124,12 @@ fn injected_delay_and_submitter() {
     assert!((p50 - want).abs() <= want * 0.13, "p50 {p50} vs {want}");
     // Prometheus: slow-request counter.
     let m = daemon.scrape();
-    assert!(m.sum("blkobs_slow_requests_total", &[("device", &disk.name), ("op", "write")]) >= 6.0);
+    assert!(
+        m.sum(
+            "blkobs_slow_requests_total",
+            &[("device", &disk.name), ("op", "write")]
+        ) >= 6.0
+    );
 }
 
 /// A write held by the device is stuck at the device with a growing age, an ongoing device
@@ -109,38 +146,80 @@ fn stuck_request_then_slow() {
     disk.knobs().hold_next.store(true, Ordering::SeqCst);
     let dd = named_dd("blkobs-stuckwr");
     let mut child = Command::new(&dd)
-        .args(["if=/dev/zero", &format!("of={}", disk.path), "bs=4k", "count=1", "seek=7", "oflag=direct", "status=none"])
+        .args([
+            "if=/dev/zero",
+            &format!("of={}", disk.path),
+            "bs=4k",
+            "count=1",
+            "seek=7",
+            "oflag=direct",
+            "status=none",
+        ])
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !disk.knobs().holding() {
-        assert!(Instant::now() < deadline, "the write never reached the FUSE file");
+        assert!(
+            Instant::now() < deadline,
+            "the write never reached the FUSE file"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(Duration::from_millis(600));
 
     let inflight = json(&daemon, &format!("/inflight?device={}", disk.name));
     let reqs = inflight["requests"].as_array().unwrap();
-    let held = reqs.iter().find(|r| r["submitter"]["comm"] == "blkobs-stuckwr").unwrap_or_else(|| panic!("{inflight}"));
+    let held = reqs
+        .iter()
+        .find(|r| r["submitter"]["comm"] == "blkobs-stuckwr")
+        .unwrap_or_else(|| panic!("{inflight}"));
     assert_eq!(held["stage"], "device");
     let age1 = held["age_seconds"].as_f64().unwrap();
     assert!(age1 >= 0.55, "age {age1}");
 
-    let v = json(&daemon, &format!("/stalls?device={}&format=json", disk.name));
+    let v = json(
+        &daemon,
+        &format!("/stalls?device={}&format=json", disk.name),
+    );
     let stuck = v["stuck"].as_array().unwrap();
-    assert!(stuck.iter().any(|s| s["submitter"]["comm"] == "blkobs-stuckwr" && s["stage"] == "device"), "{v}");
-    let ongoing = v["episodes"].as_array().unwrap().iter().find(|e| e["ongoing"] == true && e["kind"] == "device");
+    assert!(
+        stuck
+            .iter()
+            .any(|s| s["submitter"]["comm"] == "blkobs-stuckwr" && s["stage"] == "device"),
+        "{v}"
+    );
+    let ongoing = v["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["ongoing"] == true && e["kind"] == "device");
     let ongoing = ongoing.unwrap_or_else(|| panic!("no ongoing device stall: {v}"));
     assert!(ongoing["waiting"].as_u64().unwrap() >= 1);
     // Prometheus: the alerting gauge sees it.
     let m = daemon.scrape();
-    assert!(m.sum("blkobs_oldest_inflight_age_seconds", &[("device", &disk.name), ("stage", "device")]) >= 0.55);
-    let text = daemon.get(&format!("/stalls?device={}", disk.name)).unwrap().1;
-    assert!(text.contains("STUCK NOW") && text.contains("blkobs-stuckwr") && text.contains("ONGOING"), "{text}");
+    assert!(
+        m.sum(
+            "blkobs_oldest_inflight_age_seconds",
+            &[("device", &disk.name), ("stage", "device")]
+        ) >= 0.55
+    );
+    let text = daemon
+        .get(&format!("/stalls?device={}", disk.name))
+        .unwrap()
+        .1;
+    assert!(
+        text.contains("STUCK NOW") && text.contains("blkobs-stuckwr") && text.contains("ONGOING"),
+        "{text}"
+    );
 
     std::thread::sleep(Duration::from_millis(500));
     let inflight = json(&daemon, &format!("/inflight?device={}", disk.name));
-    let age2 = inflight["requests"].as_array().unwrap().iter().find(|r| r["submitter"]["comm"] == "blkobs-stuckwr").unwrap()["age_seconds"]
+    let age2 = inflight["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["submitter"]["comm"] == "blkobs-stuckwr")
+        .unwrap()["age_seconds"]
         .as_f64()
         .unwrap();
     assert!(age2 >= age1 + 0.4, "age did not grow: {age1} -> {age2}");
@@ -148,18 +227,43 @@ fn stuck_request_then_slow() {
     disk.knobs().release();
     assert!(child.wait().unwrap().success());
     std::thread::sleep(Duration::from_millis(300));
-    let v = json(&daemon, &format!("/stalls?device={}&format=json", disk.name));
+    let v = json(
+        &daemon,
+        &format!("/stalls?device={}&format=json", disk.name),
+    );
     let slow = slow_of(&v, "blkobs-stuckwr");
     assert_eq!(slow.len(), 1, "{v}");
-    assert!(slow[0]["device_seconds"].as_f64().unwrap() >= age2, "{}", slow[0]);
-    assert!(v["stuck"].as_array().unwrap().iter().all(|s| s["submitter"]["comm"] != "blkobs-stuckwr"));
-    let ended = v["episodes"].as_array().unwrap().iter().find(|e| e["ongoing"] == false && e["kind"] == "device");
+    assert!(
+        slow[0]["device_seconds"].as_f64().unwrap() >= age2,
+        "{}",
+        slow[0]
+    );
+    assert!(v["stuck"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["submitter"]["comm"] != "blkobs-stuckwr"));
+    let ended = v["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["ongoing"] == false && e["kind"] == "device");
     let ended = ended.unwrap_or_else(|| panic!("no ended device stall: {v}"));
     assert!(ended["duration_seconds"].as_f64().unwrap() >= age2 - 0.01);
     assert!(ended["waiting"].as_u64().unwrap() >= 1);
     let m = daemon.scrape();
-    assert!(m.sum("blkobs_stall_episodes_total", &[("device", &disk.name), ("kind", "device")]) >= 1.0);
-    assert!(m.sum("blkobs_stall_seconds_total", &[("device", &disk.name), ("kind", "device")]) >= age2 - 0.01);
+    assert!(
+        m.sum(
+            "blkobs_stall_episodes_total",
+            &[("device", &disk.name), ("kind", "device")]
+        ) >= 1.0
+    );
+    assert!(
+        m.sum(
+            "blkobs_stall_seconds_total",
+            &[("device", &disk.name), ("kind", "device")]
+        ) >= age2 - 0.01
+    );
 }
 
 /// Requests held back by the I/O scheduler (bfq, idle-class writer behind a busy reader) are
@@ -173,8 +277,19 @@ fn scheduler_held_requests_are_queue_time() {
     let dev = LoopDev::new(256, "bfq");
     quiesce(&dev.name);
     let mut reader = Command::new("fio")
-        .args(["--name=reader", &format!("--filename={}", dev.path), "--rw=randread", "--bs=4k", "--direct=1", "--ioengine=libaio",
-               "--iodepth=8", "--runtime=5", "--time_based", "--size=128M", "--output=/dev/null"])
+        .args([
+            "--name=reader",
+            &format!("--filename={}", dev.path),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=8",
+            "--runtime=5",
+            "--time_based",
+            "--size=128M",
+            "--output=/dev/null",
+        ])
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
@@ -182,19 +297,36 @@ fn scheduler_held_requests_are_queue_time() {
     let st = Command::new("ionice")
         .args(["-c3"])
         .arg(&dd)
-        .args(["if=/dev/zero", &format!("of={}", dev.path), "bs=4k", "count=40", "seek=60000", "oflag=direct", "status=none"])
+        .args([
+            "if=/dev/zero",
+            &format!("of={}", dev.path),
+            "bs=4k",
+            "count=40",
+            "seek=60000",
+            "oflag=direct",
+            "status=none",
+        ])
         .stdout(Stdio::null())
         .status()
         .unwrap();
     assert!(st.success());
     assert!(reader.wait().unwrap().success());
-    let v = json(&daemon, &format!("/stalls?device={}&format=json&limit=5000", dev.name));
+    let v = json(
+        &daemon,
+        &format!("/stalls?device={}&format=json&limit=5000", dev.name),
+    );
     let held: Vec<&Value> = slow_of(&v, "blkobs-idlewr");
-    assert!(!held.is_empty(), "no slow idle-class writes: bfq did not hold them back");
+    assert!(
+        !held.is_empty(),
+        "no slow idle-class writes: bfq did not hold them back"
+    );
     for w in &held {
         let q = w["queue_seconds"].as_f64().unwrap();
         let d = w["device_seconds"].as_f64().unwrap();
-        assert!(q >= 0.05 && d < q / 10.0, "held write should be queue time: queue {q} device {d}");
+        assert!(
+            q >= 0.05 && d < q / 10.0,
+            "held write should be queue time: queue {q} device {d}"
+        );
     }
 }
 
@@ -229,10 +361,15 @@ fn api_rejects_bad_parameters() {
     }
     let (status, _) = daemon.get("/no/such/path").unwrap();
     assert_eq!(status, 404);
-    let (status, body) = daemon.get("/stalls?since=1764450000&min=1ms&limit=3").unwrap();
+    let (status, body) = daemon
+        .get("/stalls?since=1764450000&min=1ms&limit=3")
+        .unwrap();
     assert_eq!(status, 200);
     assert!(body.contains("STUCK NOW"));
-    let r = ureq::get(&format!("http://{}/stalls", daemon.addr)).set("Accept", "application/json").call().unwrap();
+    let r = ureq::get(&format!("http://{}/stalls", daemon.addr))
+        .set("Accept", "application/json")
+        .call()
+        .unwrap();
     let v: Value = serde_json::from_str(&r.into_string().unwrap()).unwrap();
     assert!(v["slow"].is_array() && v["stuck"].is_array() && v["episodes"].is_array());
     let (status, spec) = daemon.get("/openapi.yaml").unwrap();
@@ -248,7 +385,13 @@ fn openapi_matches_real_responses() {
         return;
     }
     let venv = "/opt/blkobs-tools/venv/bin/st";
-    let st = if std::path::Path::new(venv).is_file() { Some(venv) } else { ["schemathesis", "st"].into_iter().find(|t| which(t)) };
+    let st = if std::path::Path::new(venv).is_file() {
+        Some(venv)
+    } else {
+        ["schemathesis", "st"]
+            .into_iter()
+            .find(|t| which(t).is_some())
+    };
     let Some(st) = st else {
         skip("schemathesis is not installed: run scripts/provision.sh");
         return;
@@ -257,18 +400,36 @@ fn openapi_matches_real_responses() {
     let disk = SlowDisk::new(64, "none");
     disk.mount.set_write_delay(Duration::from_millis(120));
     let mut writer = Command::new("dd")
-        .args(["if=/dev/zero", &format!("of={}", disk.path), "bs=4k", "count=30", "oflag=direct", "status=none"])
+        .args([
+            "if=/dev/zero",
+            &format!("of={}", disk.path),
+            "bs=4k",
+            "count=30",
+            "oflag=direct",
+            "status=none",
+        ])
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let out = Command::new(st)
-        .args(["run", &format!("http://{}/openapi.yaml", daemon.addr), "--checks", "all", "--max-examples", "25"])
+        .args([
+            "run",
+            &format!("http://{}/openapi.yaml", daemon.addr),
+            "--checks",
+            "all",
+            "--max-examples",
+            "25",
+        ])
         .env("SCHEMATHESIS_TELEMETRY", "false")
         .current_dir(std::env::temp_dir()) // its cache directory stays out of the source tree
         .output()
         .unwrap();
     let _ = writer.kill();
     let _ = writer.wait();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success(), "schemathesis found problems:\n{text}");
 }

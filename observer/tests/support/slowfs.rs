@@ -13,9 +13,10 @@ use std::{
     time::{Duration, UNIX_EPOCH},
 };
 
+use super::{unique, LoopDev};
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, LockOwner, OpenFlags, ReplyAttr,
-    ReplyData, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, LockOwner, OpenFlags,
+    ReplyAttr, ReplyData, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, WriteFlags,
 };
 
 /// Controls shared with the test.
@@ -64,7 +65,11 @@ fn attr(ino: u64, size: u64) -> FileAttr {
         mtime: UNIX_EPOCH,
         ctime: UNIX_EPOCH,
         crtime: UNIX_EPOCH,
-        kind: if ino == 1 { FileType::Directory } else { FileType::RegularFile },
+        kind: if ino == 1 {
+            FileType::Directory
+        } else {
+            FileType::RegularFile
+        },
         perm: if ino == 1 { 0o755 } else { 0o644 },
         nlink: if ino == 1 { 2 } else { 1 },
         uid: 0,
@@ -78,7 +83,11 @@ fn attr(ino: u64, size: u64) -> FileAttr {
 impl Filesystem for SlowFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         if u64::from(parent) == 1 && name == "disk.img" {
-            reply.entry(&TTL, &attr(2, self.data.lock().unwrap().len() as u64), fuser::Generation(0));
+            reply.entry(
+                &TTL,
+                &attr(2, self.data.lock().unwrap().len() as u64),
+                fuser::Generation(0),
+            );
         } else {
             reply.error(Errno::ENOENT);
         }
@@ -96,16 +105,35 @@ impl Filesystem for SlowFs {
         reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
     }
 
-    fn read(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags,
-            _lock: Option<LockOwner>, reply: ReplyData) {
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
         let data = self.data.lock().unwrap();
         let start = (offset as usize).min(data.len());
         let end = (start + size as usize).min(data.len());
         reply.data(&data[start..end]);
     }
 
-    fn write(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, offset: u64, buf: &[u8], _wf: WriteFlags,
-             _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        buf: &[u8],
+        _wf: WriteFlags,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
         let k = &self.knobs;
         let started = std::time::Instant::now();
         if k.hold_next.swap(false, Ordering::SeqCst) {
@@ -115,7 +143,9 @@ impl Filesystem for SlowFs {
                 held = k.cv.wait(held).unwrap();
             }
         }
-        std::thread::sleep(Duration::from_nanos(k.write_delay_ns.load(Ordering::SeqCst)));
+        std::thread::sleep(Duration::from_nanos(
+            k.write_delay_ns.load(Ordering::SeqCst),
+        ));
         {
             let mut data = self.data.lock().unwrap();
             let start = (offset as usize).min(data.len());
@@ -127,12 +157,28 @@ impl Filesystem for SlowFs {
         reply.written(buf.len() as u32);
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        std::thread::sleep(Duration::from_nanos(self.knobs.fsync_delay_ns.load(Ordering::SeqCst)));
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        std::thread::sleep(Duration::from_nanos(
+            self.knobs.fsync_delay_ns.load(Ordering::SeqCst),
+        ));
         reply.ok();
     }
 }
@@ -147,15 +193,26 @@ pub struct SlowMount {
 impl SlowMount {
     /// Mounts a filesystem with a `size_mib` disk.img under a new directory in /tmp.
     pub fn new(size_mib: usize) -> SlowMount {
-        let dir = std::env::temp_dir().join(format!("blkobs-slowfs-{}-{}", std::process::id(), rand_suffix()));
+        let dir = std::env::temp_dir().join(unique("blkobs-slowfs"));
         std::fs::create_dir_all(&dir).unwrap();
         let knobs = Arc::new(Knobs::default());
-        let fs = SlowFs { data: Mutex::new(vec![0u8; size_mib << 20]), knobs: knobs.clone() };
+        let fs = SlowFs {
+            data: Mutex::new(vec![0u8; size_mib << 20]),
+            knobs: knobs.clone(),
+        };
         let mut cfg = fuser::Config::default();
-        cfg.mount_options = vec![fuser::MountOption::FSName("blkobs-slowfs".into()), fuser::MountOption::RW];
+        cfg.mount_options = vec![
+            fuser::MountOption::FSName("blkobs-slowfs".into()),
+            fuser::MountOption::RW,
+        ];
         cfg.acl = fuser::SessionACL::All;
-        let session = fuser::spawn_mount(fs, &dir, &cfg).expect("mounting the FUSE test filesystem (needs /dev/fuse and root)");
-        SlowMount { dir, knobs, session: Some(session) }
+        let session = fuser::spawn_mount(fs, &dir, &cfg)
+            .expect("mounting the FUSE test filesystem (needs /dev/fuse and root)");
+        SlowMount {
+            dir,
+            knobs,
+            session: Some(session),
+        }
     }
 
     /// Path of the backing file.
@@ -165,12 +222,10 @@ impl SlowMount {
 
     /// Sets the write delay.
     pub fn set_write_delay(&self, d: Duration) {
-        self.knobs.write_delay_ns.store(d.as_nanos() as u64, Ordering::SeqCst);
+        self.knobs
+            .write_delay_ns
+            .store(d.as_nanos() as u64, Ordering::SeqCst);
     }
-}
-
-fn rand_suffix() -> u64 {
-    std::time::SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() as u64
 }
 
 impl Drop for SlowMount {
@@ -178,31 +233,33 @@ impl Drop for SlowMount {
         self.knobs.release();
         self.knobs.write_delay_ns.store(0, Ordering::SeqCst);
         drop(self.session.take());
-        if std::fs::read_to_string("/proc/self/mounts").unwrap_or_default().contains(self.dir.to_str().unwrap_or("?")) {
-            let _ = std::process::Command::new("umount").arg("-l").arg(&self.dir).status();
+        if std::fs::read_to_string("/proc/self/mounts")
+            .unwrap_or_default()
+            .contains(self.dir.to_str().unwrap_or("?"))
+        {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.dir)
+                .status();
         }
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
-/// A loop device on a [`SlowMount`]'s image. Drop releases any held write, removes the delay,
-/// detaches the loop device, then unmounts.
+/// A loop device on a [`SlowMount`]'s image; derefs to the [`LoopDev`]. Drop releases any
+/// held write and removes the delay, then detaches the loop device, then unmounts.
 pub struct SlowDisk {
-    pub path: String,
-    pub name: String,
+    dev: LoopDev,
     pub mount: SlowMount,
 }
 
 impl SlowDisk {
     pub fn new(size_mib: usize, scheduler: &str) -> SlowDisk {
         let mount = SlowMount::new(size_mib);
-        let out = std::process::Command::new("losetup").args(["-f", "--show"]).arg(mount.image()).output().expect("losetup");
-        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
-        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let name = path.trim_start_matches("/dev/").to_string();
-        let d = SlowDisk { path, name, mount };
-        std::fs::write(format!("/sys/block/{}/queue/scheduler", d.name), scheduler).expect("set scheduler");
-        d
+        SlowDisk {
+            dev: LoopDev::over(mount.image(), scheduler),
+            mount,
+        }
     }
 
     pub fn knobs(&self) -> &Knobs {
@@ -210,11 +267,18 @@ impl SlowDisk {
     }
 }
 
+impl std::ops::Deref for SlowDisk {
+    type Target = LoopDev;
+    fn deref(&self) -> &LoopDev {
+        &self.dev
+    }
+}
+
 impl Drop for SlowDisk {
     fn drop(&mut self) {
+        // Before the fields drop: `dev` (detach) first, then `mount`.
         self.mount.knobs.write_delay_ns.store(0, Ordering::SeqCst);
         self.mount.knobs.hold_next.store(false, Ordering::SeqCst);
         self.mount.knobs.release();
-        let _ = std::process::Command::new("losetup").args(["-d", &self.path]).status();
     }
 }

@@ -1,0 +1,250 @@
+//! Block devices made for a test: loop devices (plain or partitioned) and null_blk. Each is
+//! detached / removed, with its backing file, on drop.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use super::{sh, unique, wait_every};
+
+/// A loop device over a file (in /dev/shm unless made by [`LoopDev::over`]); detached on drop,
+/// and the file removed when the device made it.
+pub struct LoopDev {
+    /// `/dev/loopN`.
+    pub path: String,
+    /// `loopN`.
+    pub name: String,
+    file: PathBuf,
+    owns_file: bool,
+}
+
+impl LoopDev {
+    /// A `size_mib` loop device with I/O scheduler `scheduler`.
+    pub fn new(size_mib: u64, scheduler: &str) -> LoopDev {
+        let dev = Self::kernel_scheduler(size_mib);
+        dev.set_scheduler(scheduler);
+        dev
+    }
+
+    /// A `size_mib` loop device, the scheduler left as the kernel chose.
+    pub fn kernel_scheduler(size_mib: u64) -> LoopDev {
+        Self::attach(shm_file(size_mib), &[], true)
+    }
+
+    /// A loop device over an existing `file` (not removed on drop), with `scheduler`.
+    pub fn over(file: PathBuf, scheduler: &str) -> LoopDev {
+        let dev = Self::attach(file, &[], false);
+        dev.set_scheduler(scheduler);
+        dev
+    }
+
+    /// A loop device whose backing file first gets a partition table from `sfdisk_script`
+    /// (sfdisk works on the plain file), attached with `losetup -P` so the kernel creates
+    /// the partition devices (`<path>p1`, ...).
+    pub fn partitioned(size_mib: u64, scheduler: &str, sfdisk_script: &str) -> LoopDev {
+        let file = shm_file(size_mib);
+        let mut sfdisk = Command::new("sfdisk")
+            .arg("-q")
+            .arg(&file)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        sfdisk
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(sfdisk_script.as_bytes())
+            .unwrap();
+        if !sfdisk.wait().unwrap().success() {
+            let _ = std::fs::remove_file(&file);
+            panic!("sfdisk failed on {}", file.display());
+        }
+        let dev = Self::attach(file, &["-P"], true);
+        dev.set_scheduler(scheduler);
+        // The kernel's own scan (losetup -P) finds nothing on kernels built without the
+        // partition table parsers; then add the partitions from userspace (BLKPG).
+        let p1 = dev.part(1);
+        if !wait_every(Duration::from_millis(50), Duration::from_secs(1), || {
+            Path::new(&p1).exists()
+        }) {
+            sh("partx", &["-a", &dev.path]);
+        }
+        assert!(
+            wait_every(Duration::from_millis(50), Duration::from_secs(10), || {
+                Path::new(&p1).exists()
+            }),
+            "{p1} did not appear"
+        );
+        dev
+    }
+
+    fn attach(file: PathBuf, extra: &[&str], owns_file: bool) -> LoopDev {
+        let path = match Command::new("losetup")
+            .args(["-f", "--show"])
+            .args(extra)
+            .arg(&file)
+            .output()
+        {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            other => {
+                if owns_file {
+                    let _ = std::fs::remove_file(&file);
+                }
+                panic!("losetup {extra:?} failed: {other:?}");
+            }
+        };
+        let name = path.trim_start_matches("/dev/").to_string();
+        LoopDev {
+            path,
+            name,
+            file,
+            owns_file,
+        }
+    }
+
+    fn set_scheduler(&self, scheduler: &str) {
+        set_scheduler(&self.name, scheduler);
+    }
+
+    /// `/sys/block/<name>/<attr>`, trimmed.
+    pub fn sysfs(&self, attr: &str) -> String {
+        sysfs(&self.name, attr)
+    }
+
+    /// Path of partition `n` (`/dev/loopXpN`).
+    pub fn part(&self, n: u32) -> String {
+        format!("{}p{n}", self.path)
+    }
+
+    /// The backing file (to corrupt on-disk structures behind the kernel's back in tests).
+    pub fn backing_file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The kernel's `MKDEV(major, minor)` of this (whole) device, as tracepoints report it.
+    pub fn kdev(&self) -> u32 {
+        let (maj, min) = self
+            .sysfs("dev")
+            .split_once(':')
+            .map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap()))
+            .unwrap();
+        (maj << 20) | min
+    }
+
+    /// Writes `count` 4 KiB blocks with O_DIRECT at `seek_blocks` (real requests on the device).
+    pub fn write_direct(&self, seek_blocks: u64, count: u64) {
+        let st = Command::new("dd")
+            .args(["if=/dev/zero", "bs=4k", "oflag=direct,dsync", "status=none"])
+            .arg(format!("of={}", self.path))
+            .arg(format!("seek={seek_blocks}"))
+            .arg(format!("count={count}"))
+            .status()
+            .expect("run dd");
+        assert!(st.success(), "dd on {} failed", self.path);
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        // Retried: a device just unmounted or closed can be busy for a moment.
+        wait_every(Duration::from_millis(250), Duration::from_secs(5), || {
+            Command::new("losetup")
+                .arg("-d")
+                .arg(&self.path)
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        if self.owns_file {
+            let _ = std::fs::remove_file(&self.file);
+        }
+    }
+}
+
+/// A new sparse file of `size_mib` in /dev/shm.
+fn shm_file(size_mib: u64) -> PathBuf {
+    let file = PathBuf::from("/dev/shm").join(format!("{}.img", unique("blkobs-test")));
+    let f = std::fs::File::create(&file).expect("create backing file in /dev/shm");
+    f.set_len(size_mib << 20).unwrap();
+    file
+}
+
+fn set_scheduler(name: &str, scheduler: &str) {
+    std::fs::write(format!("/sys/block/{name}/queue/scheduler"), scheduler).expect("set scheduler");
+}
+
+fn sysfs(name: &str, attr: &str) -> String {
+    std::fs::read_to_string(format!("/sys/block/{name}/{attr}"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// A memory-backed null_blk device with a volatile write cache, made through configfs
+/// (mounted and the module loaded if needed); powered off and removed on drop.
+pub struct NullBlk {
+    /// `nullbN`.
+    pub name: String,
+    dir: PathBuf,
+}
+
+impl NullBlk {
+    pub fn new(size_mib: u64, scheduler: &str) -> NullBlk {
+        let config = Path::new("/sys/kernel/config");
+        if !config.join("nullb").is_dir() {
+            if !config.join("nullb").exists()
+                && std::fs::read_dir(config)
+                    .map(|mut d| d.next().is_none())
+                    .unwrap_or(true)
+            {
+                let _ = Command::new("mount")
+                    .args(["-t", "configfs", "configfs", "/sys/kernel/config"])
+                    .status();
+            }
+            // In the kernel matrix the modules live in the unpacked package (BLKOBS_VM_MODROOT).
+            let mut modprobe = Command::new("modprobe");
+            if let Some(root) = std::env::var_os("BLKOBS_VM_MODROOT") {
+                modprobe.arg("-d").arg(root);
+            }
+            let st = modprobe.args(["null_blk", "nr_devices=0"]).status();
+            assert!(
+                config.join("nullb").is_dir(),
+                "null_blk is not available (modprobe: {st:?})"
+            );
+        }
+        let dir = config.join(format!("nullb/blkobs{}", std::process::id()));
+        std::fs::create_dir(&dir).expect("configfs nullb device");
+        let set = |attr: &str, v: &str| {
+            std::fs::write(dir.join(attr), v).unwrap_or_else(|e| panic!("null_blk {attr}={v}: {e}"))
+        };
+        set("size", &size_mib.to_string());
+        set("memory_backed", "1");
+        set("cache_size", "16");
+        set("power", "1");
+        let index = std::fs::read_to_string(dir.join("index"))
+            .unwrap()
+            .trim()
+            .to_string();
+        let d = NullBlk {
+            name: format!("nullb{index}"),
+            dir,
+        };
+        set_scheduler(&d.name, scheduler);
+        d
+    }
+
+    /// `/sys/block/<name>/<attr>`, trimmed.
+    pub fn sysfs(&self, attr: &str) -> String {
+        sysfs(&self.name, attr)
+    }
+}
+
+impl Drop for NullBlk {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("power"), "0");
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}

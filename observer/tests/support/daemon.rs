@@ -1,0 +1,140 @@
+//! The observer daemon under test, and what it says in `GET /devices`.
+
+use std::{
+    ops::{Deref, DerefMut},
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use serde_json::Value;
+
+use super::{free_addr, http, observer_bin, wait_for, ChildGuard, Metrics};
+
+/// The observer daemon on a loopback address, up (`/healthz` answered 200) once constructed.
+/// Drop sends SIGTERM and waits up to 10 s; the [`ChildGuard`] inside then kills whatever is
+/// left. Derefs to that guard (pid, signal, wait_timeout).
+pub struct Daemon {
+    proc: ChildGuard,
+    pub addr: String,
+}
+
+impl Daemon {
+    /// The daemon on a free port with `extra` arguments.
+    pub fn start(extra: &[&str]) -> Daemon {
+        Self::start_env(extra, &[])
+    }
+
+    /// Starts with extra environment variables (e.g. OBSERVER_ATTACH=raw_tp).
+    pub fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let addr = free_addr();
+        let child = Command::new(observer_bin())
+            .args(["--listen", &addr])
+            .args(extra)
+            .env("OBSERVER_LOG", "error")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting observer");
+        Self::healthy(ChildGuard { child }, addr, None)
+    }
+
+    /// Starts the daemon with `cmd` (which must end with the observer binary and its
+    /// arguments, `--listen addr` included; it may be a wrapper: setpriv, unshare, strace),
+    /// output to `log`, and waits until `/healthz` answers.
+    pub fn spawn(cmd: Command, addr: String, log: &Path) -> Daemon {
+        Self::healthy(ChildGuard::spawn(cmd, "observer", log), addr, Some(log))
+    }
+
+    fn healthy(proc: ChildGuard, addr: String, log: Option<&Path>) -> Daemon {
+        let mut d = Daemon { proc, addr };
+        let log = || {
+            log.map(|l| std::fs::read_to_string(l).unwrap_or_default())
+                .unwrap_or_default()
+        };
+        let up = wait_for(Duration::from_secs(30), || {
+            if let Some(status) = d.proc.child.try_wait().unwrap() {
+                panic!("observer exited early: {status}\n{}", log());
+            }
+            d.get("/healthz").is_ok_and(|(s, _)| s == 200).then_some(())
+        });
+        assert!(
+            up.is_some(),
+            "observer did not become healthy in 30 s on {}\n{}",
+            d.addr,
+            log()
+        );
+        d
+    }
+
+    /// GET a path; (status, body).
+    pub fn get(&self, path: &str) -> Result<(u16, String), String> {
+        http(&format!("http://{}{}", self.addr, path))
+    }
+
+    pub fn metrics_text(&self) -> String {
+        let (status, body) = self.get("/metrics").expect("scrape");
+        assert_eq!(status, 200);
+        body
+    }
+
+    pub fn scrape(&self) -> Metrics {
+        Metrics::parse(&self.metrics_text())
+    }
+}
+
+impl Deref for Daemon {
+    type Target = ChildGuard;
+    fn deref(&self) -> &ChildGuard {
+        &self.proc
+    }
+}
+
+impl DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut ChildGuard {
+        &mut self.proc
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.proc.signal(libc::SIGTERM);
+        let _ = self.proc.wait_timeout(Duration::from_secs(10));
+    }
+}
+
+/// `GET /devices`, parsed.
+pub fn devices(d: &Daemon) -> Value {
+    let (status, body) = d.get("/devices").expect("GET /devices");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("/devices is JSON")
+}
+
+/// Merged log ranges the daemon reports for a whole disk, as (start, end) sectors (none while
+/// the disk is not listed).
+pub fn ranges(d: &Daemon, disk: &str) -> Vec<(u64, u64)> {
+    devices(d)["devices"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["device"] == disk))
+        .and_then(|x| x["log_ranges"].as_array())
+        .map(|a| {
+            a.iter()
+                .map(|r| (r["start"].as_u64().unwrap(), r["end"].as_u64().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits (≤ 10 s) until the daemon reports exactly `want` for `disk`.
+pub fn wait_ranges(d: &Daemon, disk: &str, want: &[(u64, u64)]) {
+    let mut got = Vec::new();
+    let same = wait_for(Duration::from_secs(10), || {
+        got = ranges(d, disk);
+        (got == want).then_some(())
+    });
+    assert!(
+        same.is_some(),
+        "{disk}: daemon reports log ranges {got:?}, witness says {want:?}\n{:#}",
+        devices(d)
+    );
+}

@@ -1,0 +1,37 @@
+//! Shared fixtures for the integration tests, one file per concern. Every fixture cleans up in
+//! `Drop` (loop and null_blk devices, mounts, FUSE, ftrace instances, processes, temp dirs), so
+//! a failing assertion leaves nothing behind.
+//!
+//! - `skip`: the one rule for a test that cannot run here (fails under CI, else skips visibly).
+//! - `process`: tools, commands, child guards, HTTP, polling, temp dirs, BPF ids.
+//! - `daemon`: the observer daemon fixture and its `/devices` answers.
+//! - `blockdev`: loop devices (plain, partitioned, over a file) and null_blk.
+//! - `mounts`: filesystems made and mounted.
+//! - `metrics`: the exposition parsed into samples.
+//! - `witness`: /proc/diskstats and the ftrace `block_io_start` witness.
+//! - `fslog_witness`: the filesystem log witnesses (xfs_db, dumpe2fs/debugfs) and classification.
+//! - `slowfs`: a FUSE-backed disk with injected delays.
+//!
+//! Each test file is its own crate and uses a part of this: the rest would warn there (every
+//! item here is used by some test file).
+#![allow(dead_code, unused_imports)]
+
+mod blockdev;
+mod daemon;
+mod fslog_witness;
+mod metrics;
+mod mounts;
+mod process;
+mod skip;
+mod slowfs;
+mod witness;
+
+pub use blockdev::*;
+pub use daemon::*;
+pub use fslog_witness::*;
+pub use metrics::*;
+pub use mounts::*;
+pub use process::*;
+pub use skip::*;
+pub use slowfs::*;
+pub use witness::*;

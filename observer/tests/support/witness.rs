@@ -1,0 +1,148 @@
+//! The kernel's own witnesses of block I/O: /proc/diskstats and an ftrace instance recording
+//! `block_io_start`.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use super::unique;
+
+/// The /proc/diskstats fields of a device, by name.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiskStats {
+    pub reads: u64,
+    pub reads_merged: u64,
+    pub read_ms: u64,
+    pub writes: u64,
+    pub writes_merged: u64,
+    pub write_ms: u64,
+    pub in_flight: u64,
+    pub discards: u64,
+    pub flushes: u64,
+}
+
+pub fn diskstats(name: &str) -> DiskStats {
+    let text = std::fs::read_to_string("/proc/diskstats").unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some(name))
+        .expect("device in diskstats");
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(3)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    DiskStats {
+        reads: f[0],
+        reads_merged: f[1],
+        read_ms: f[3],
+        writes: f[4],
+        writes_merged: f[5],
+        write_ms: f[7],
+        in_flight: f[8],
+        discards: f.get(11).copied().unwrap_or(0),
+        flushes: f.get(15).copied().unwrap_or(0),
+    }
+}
+
+/// Waits until the device has nothing in flight (diskstats) for a moment.
+pub fn quiesce(name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut quiet = 0;
+    while quiet < 5 {
+        assert!(Instant::now() < deadline, "{name} did not quiesce");
+        if diskstats(name).in_flight == 0 {
+            quiet += 1;
+        } else {
+            quiet = 0;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Mounts tracefs at /sys/kernel/tracing when it is not mounted yet (a fresh machine), so the
+/// ftrace witness is available. Left mounted: it is the kernel's standard location.
+pub fn ensure_tracefs() {
+    let t = Path::new("/sys/kernel/tracing");
+    if t.join("instances").is_dir() {
+        return;
+    }
+    let _ = Command::new("mount")
+        .args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"])
+        .status();
+    if !t.join("instances").is_dir() {
+        eprintln!("could not mount tracefs at /sys/kernel/tracing");
+    }
+}
+
+/// One `block_io_start` event from an ftrace instance: what entered the block layer.
+#[derive(Clone, Debug)]
+pub struct IoStart {
+    pub rwbs: String,
+    pub sector: u64,
+    pub sectors: u64,
+    pub comm: String,
+}
+
+/// A private ftrace instance recording `block_io_start` for one disk; removed on drop.
+pub struct IoTrace {
+    dir: PathBuf,
+}
+
+impl IoTrace {
+    pub fn start(kdev: u32) -> IoTrace {
+        let dir = PathBuf::from("/sys/kernel/tracing/instances").join(unique("blkobs-test"));
+        std::fs::create_dir(&dir).expect("tracefs instance (is /sys/kernel/tracing mounted?)");
+        let t = IoTrace { dir };
+        std::fs::write(t.dir.join("buffer_size_kb"), "16384").unwrap();
+        let ev = t.dir.join("events/block/block_io_start");
+        std::fs::write(ev.join("filter"), format!("dev == {kdev}")).unwrap();
+        std::fs::write(ev.join("enable"), "1").unwrap();
+        t
+    }
+    /// Stops recording and returns the events.
+    pub fn stop(&self) -> Vec<IoStart> {
+        std::fs::write(self.dir.join("events/block/block_io_start/enable"), "0").unwrap();
+        let text = std::fs::read_to_string(self.dir.join("trace")).unwrap();
+        let counts = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# entries-in-buffer/entries-written: "))
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|r| r.split_once('/'))
+            .map(|(a, b)| (a.to_string(), b.to_string()));
+        if let Some((kept, written)) = counts {
+            assert_eq!(
+                kept, written,
+                "trace buffer overflowed: the witness is incomplete"
+            );
+        }
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((_, rest)) = line.split_once("block_io_start: ") else {
+                continue;
+            };
+            let t: Vec<&str> = rest.split_whitespace().collect();
+            let plus = t.iter().position(|x| *x == "+").expect("trace line format");
+            out.push(IoStart {
+                rwbs: t[1].to_string(),
+                sector: t[plus - 1].parse().unwrap(),
+                sectors: t[plus + 1].parse().unwrap(),
+                comm: t
+                    .last()
+                    .unwrap()
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .to_string(),
+            });
+        }
+        out
+    }
+}
+
+impl Drop for IoTrace {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("events/block/block_io_start/enable"), "0");
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
