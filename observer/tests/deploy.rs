@@ -411,18 +411,7 @@ impl Fixture {
             udev_perms(&d.path);
         }
         let mx = Mount::new(&xfs, &["mkfs.xfs", "-q", "-f", "-d", "agcount=4"]);
-        let me = Mount::new(
-            &ext4,
-            &[
-                "mkfs.ext4",
-                "-q",
-                "-F",
-                "-E",
-                "lazy_itable_init=0,lazy_journal_init=0",
-                "-b",
-                "4096",
-            ],
-        );
+        let me = Mount::new(&ext4, &mkfs_ext4(&["-b", "4096"]));
         let (_, daddr, sectors) = xfs_witness(&xfs.path);
         let wx = vec![(daddr, daddr + sectors)];
         let we = ext4_witness(&ext4.path);
@@ -661,16 +650,7 @@ fn unit_identity_finds_logs() {
     );
     let status =
         std::fs::read_to_string(format!("/proc/{}/status", observer_pid(d.pid()))).unwrap();
-    let field = |k: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(k))
-            .unwrap()
-            .split_whitespace()
-            .skip(1)
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let field = |k: &str| status_fields(&status, k).join(" ");
     assert!(field("Uid:").starts_with("65534"), "{status}");
     assert_eq!(field("Groups:"), disk.to_string());
     assert_eq!(

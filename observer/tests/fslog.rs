@@ -212,32 +212,8 @@ fn ext4_internal_journal() {
     let daemon = Daemon::start(&[]);
     let a = LoopDev::new(256, "none");
     let b = LoopDev::new(256, "none");
-    let ma = Mount::new(
-        &a,
-        &[
-            "mkfs.ext4",
-            "-q",
-            "-F",
-            "-E",
-            "lazy_itable_init=0,lazy_journal_init=0",
-            "-b",
-            "1024",
-        ],
-    );
-    let mb = Mount::new(
-        &b,
-        &[
-            "mkfs.ext4",
-            "-q",
-            "-F",
-            "-E",
-            "lazy_itable_init=0,lazy_journal_init=0",
-            "-b",
-            "4096",
-            "-J",
-            "size=16",
-        ],
-    );
+    let ma = Mount::new(&a, &mkfs_ext4(&["-b", "1024"]));
+    let mb = Mount::new(&b, &mkfs_ext4(&["-b", "4096", "-J", "size=16"]));
     let wa = ext4_witness(&a.path);
     let wb = ext4_witness(&b.path);
     eprintln!("journals: {} {wa:?}, {} {wb:?}", a.name, b.name);
@@ -280,17 +256,7 @@ fn ext4_external_journal() {
     );
     let m = Mount::new(
         &data,
-        &[
-            "mkfs.ext4",
-            "-q",
-            "-F",
-            "-E",
-            "lazy_itable_init=0,lazy_journal_init=0",
-            "-b",
-            "4096",
-            "-J",
-            &format!("device={}", jdev.path),
-        ],
+        &mkfs_ext4(&["-b", "4096", "-J", &format!("device={}", jdev.path)]),
     );
     // Started after the mount: the first discovery finds it.
     let daemon = Daemon::start(&[]);
@@ -333,18 +299,7 @@ fn corrupt_superblocks_are_skipped() {
     let e = LoopDev::new(128, "none");
     let _mg = Mount::new(&good, &["mkfs.xfs", "-q", "-f"]);
     let _mx = Mount::new(&x, &["mkfs.xfs", "-q", "-f"]);
-    let _me = Mount::new(
-        &e,
-        &[
-            "mkfs.ext4",
-            "-q",
-            "-F",
-            "-E",
-            "lazy_itable_init=0,lazy_journal_init=0",
-            "-b",
-            "4096",
-        ],
-    );
+    let _me = Mount::new(&e, &mkfs_ext4(&["-b", "4096"]));
     let (_, gd, gs) = xfs_witness(&good.path);
     let (_, xd, xs) = xfs_witness(&x.path);
     wait_ranges(&daemon, &good.name, &[(gd, gd + gs)]);

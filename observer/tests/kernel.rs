@@ -276,22 +276,10 @@ fn partition_io_counts_for_the_disk() {
     }
     let daemon = Daemon::start(&[]);
     let dev = LoopDev::new(64, "none");
-    let mut sfdisk = Command::new("sfdisk")
-        .arg("-q")
-        .arg(&dev.path)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        sfdisk
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(b"label: dos\nstart=2048, size=32768\n")
-            .unwrap();
-    }
-    assert!(sfdisk.wait().unwrap().success());
+    assert!(sfdisk(
+        Path::new(&dev.path),
+        "label: dos\nstart=2048, size=32768\n"
+    ));
     sh("partx", &["-a", &dev.path]);
     let part = format!("{}p1", dev.path);
     assert!(Path::new(&part).exists(), "{part} missing");

@@ -284,16 +284,7 @@ fn runs_unprivileged_with_only_cap_bpf_and_cap_perfmon() {
         &log,
     );
     let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
-    let field = |k: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(k))
-            .unwrap()
-            .split_whitespace()
-            .nth(1)
-            .unwrap()
-            .to_string()
-    };
+    let field = |k: &str| status_fields(&status, k)[0].clone();
     assert_eq!(field("Uid:"), "65534", "not running as nobody");
     // CAP_PERFMON = 38, CAP_BPF = 39.
     let want = format!("{:016x}", (1u64 << 38) | (1u64 << 39));

@@ -46,20 +46,7 @@ impl LoopDev {
     /// the partition devices (`<path>p1`, ...).
     pub fn partitioned(size_mib: u64, scheduler: &str, sfdisk_script: &str) -> LoopDev {
         let file = shm_file(size_mib);
-        let mut sfdisk = Command::new("sfdisk")
-            .arg("-q")
-            .arg(&file)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        sfdisk
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(sfdisk_script.as_bytes())
-            .unwrap();
-        if !sfdisk.wait().unwrap().success() {
+        if !sfdisk(&file, sfdisk_script) {
             let _ = std::fs::remove_file(&file);
             panic!("sfdisk failed on {}", file.display());
         }
@@ -247,4 +234,23 @@ impl Drop for NullBlk {
         let _ = std::fs::write(self.dir.join("power"), "0");
         let _ = std::fs::remove_dir(&self.dir);
     }
+}
+
+/// Writes the partition table `script` to `target` (a file or device) with sfdisk; whether it
+/// succeeded.
+pub fn sfdisk(target: &Path, script: &str) -> bool {
+    let mut sfdisk = Command::new("sfdisk")
+        .arg("-q")
+        .arg(target)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    sfdisk
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    sfdisk.wait().unwrap().success()
 }

@@ -68,3 +68,17 @@ pub fn fsync_files(dir: &Path, n: usize) {
         f.sync_all().unwrap();
     }
 }
+
+/// `mkfs.ext4` with every inode table and the journal written now (no lazy init writing later,
+/// behind the test's back), then `extra` options.
+pub fn mkfs_ext4<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "mkfs.ext4",
+        "-q",
+        "-F",
+        "-E",
+        "lazy_itable_init=0,lazy_journal_init=0",
+    ];
+    v.extend_from_slice(extra);
+    v
+}

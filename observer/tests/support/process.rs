@@ -277,3 +277,12 @@ pub fn bpftool_ids() -> (BTreeSet<u64>, BTreeSet<u64>) {
     };
     (ids("prog"), ids("link"))
 }
+
+/// The whitespace-separated values of line `key` (e.g. `"Uid:"`) of a `/proc/PID/status` text.
+pub fn status_fields(status: &str, key: &str) -> Vec<String> {
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .unwrap_or_else(|| panic!("no {key} in {status}"));
+    line.split_whitespace().skip(1).map(String::from).collect()
+}
