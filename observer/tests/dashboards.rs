@@ -4,7 +4,7 @@
 //! test, as does a template variable query with no values.
 //!
 //! Run as root: `cargo test -p observer --test dashboards`. Without root or tools the live test
-//! skips, except with `CI=true`, where it fails.
+//! skips, except under CI (`CI` set to anything truthy), where it fails.
 
 mod support;
 

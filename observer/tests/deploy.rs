@@ -26,7 +26,7 @@
 //! the loop devices they create, as udev would.
 //!
 //! Needs root, cgroup v1 devices controller (for the device policy) and the fslog tools. With
-//! CI=true a test that cannot run fails.
+//! `CI` set to anything truthy a test that cannot run fails.
 
 mod support;
 
@@ -464,29 +464,24 @@ fn check_submitter_cgroup_is(d: &Daemon, dir: &Path, what: &str, named: bool) {
         .join("blkobs-cgwriter");
     std::fs::create_dir_all(dd.parent().unwrap()).unwrap();
     std::fs::copy("/usr/bin/dd", &dd).unwrap();
-    let out = Command::new("sh")
-        .args([
-            "-c",
-            "echo $$ > \"$1/cgroup.procs\" && shift && exec \"$@\"",
-            "sh",
-        ])
-        .arg(&cg.dir)
-        .arg(&dd)
-        .args([
-            "if=/dev/zero",
-            &format!("of={}", dir.join("cgwriter").display()),
-            "bs=4k",
-            "count=8",
-            "oflag=direct",
-            "conv=fsync",
-            "status=none",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("sh")
+            .args([
+                "-c",
+                "echo $$ > \"$1/cgroup.procs\" && shift && exec \"$@\"",
+                "sh",
+            ])
+            .arg(&cg.dir)
+            .arg(&dd)
+            .args([
+                "if=/dev/zero",
+                &format!("of={}", dir.join("cgwriter").display()),
+                "bs=4k",
+                "count=8",
+                "oflag=direct",
+                "conv=fsync",
+                "status=none",
+            ]),
     );
     let _ = std::fs::remove_dir_all(dd.parent().unwrap());
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -713,16 +708,8 @@ fn daemonset_view_finds_logs() {
     let runc = DevCgroup::new(RUNC_DEVICES);
     // Before: no host view: neither the filesystems nor the submitters' cgroups.
     let slow = dir.config("slow.toml", SLOW_ALL);
-    let addr = free_addr();
-    let d = Daemon::spawn(
-        in_daemonset(
-            &runc,
-            &unmount,
-            &observer_argv(&dir, &addr, &["--config", slow.to_str().unwrap()]),
-        ),
-        addr,
-        &dir.0.join("nohost.log"),
-    );
+    let slow = ["--config", slow.to_str().unwrap()];
+    let d = daemonset(&runc, &unmount, &dir, &slow, "nohost.log");
     std::thread::sleep(Duration::from_secs(1));
     for name in [&fx.xfs.name, &fx.ext4.name] {
         assert!(
@@ -736,30 +723,13 @@ fn daemonset_view_finds_logs() {
     stop(d);
 
     // The manifest as shipped, runc's default device cgroup: unreadable, said so.
-    let addr = free_addr();
-    let d = Daemon::spawn(
-        in_daemonset(
-            &runc,
-            &unmount,
-            &observer_argv(&dir, &addr, &["--host-root", "/host"]),
-        ),
-        addr,
-        &dir.0.join("runc.log"),
-    );
+    let d = daemonset(&runc, &unmount, &dir, &["--host-root", "/host"], "runc.log");
     for name in [&fx.xfs.name, &fx.ext4.name] {
-        let f = wait_status(&d, name, "unreadable");
-        assert!(
-            f["device"]["node"]
-                .as_str()
-                .unwrap()
-                .starts_with("/host/dev/"),
-            "{f}"
-        );
+        let f = host_fs_status(&d, name, "unreadable");
         eprintln!(
             "daemonset, runc default device cgroup: {name}: {}",
             f["warning"]
         );
-        assert_eq!(status_metric(&d, name, "unreadable"), 1.0);
     }
     stop(d);
     drop(runc);
@@ -768,32 +738,44 @@ fn daemonset_view_finds_logs() {
     let cg = DevCgroup::new(&[RUNC_DEVICES, &["b *:* r"]].concat());
     let base = format!("host_root = \"/host\"\n{SLOW_ALL}");
     let cfg = dir.config("observer.toml", &base);
-    let addr = free_addr();
-    let d = Daemon::spawn(
-        in_daemonset(
-            &cg,
-            &unmount,
-            &observer_argv(&dir, &addr, &["--config", cfg.to_str().unwrap()]),
-        ),
-        addr,
-        &dir.0.join("daemonset.log"),
+    let d = daemonset(
+        &cg,
+        &unmount,
+        &dir,
+        &["--config", cfg.to_str().unwrap()],
+        "daemonset.log",
     );
     for name in [&fx.xfs.name, &fx.ext4.name] {
-        let f = wait_status(&d, name, "found");
-        assert!(
-            f["device"]["node"]
-                .as_str()
-                .unwrap()
-                .starts_with("/host/dev/"),
-            "{f}"
-        );
-        assert_eq!(status_metric(&d, name, "found"), 1.0);
+        host_fs_status(&d, name, "found");
     }
     fx.check_log_writes(&d, "daemonset");
     check_submitter_cgroup(&d, &fx.mx.dir, "daemonset");
     check_reload(&d, &cfg, &base, &fx.xfs.name, "daemonset");
     stop(d);
     drop(cg);
+}
+
+/// The daemon as the DaemonSet runs it ([`in_daemonset`]) with `extra` arguments, output to
+/// `log` in `dir`.
+fn daemonset(cg: &DevCgroup, unmount: &[&Path], dir: &Dir, extra: &[&str], log: &str) -> Daemon {
+    let addr = free_addr();
+    let cmd = in_daemonset(cg, unmount, &observer_argv(dir, &addr, extra));
+    Daemon::spawn(cmd, addr, &dir.0.join(log))
+}
+
+/// Waits until the daemon reports `status` for `name`'s filesystem, whose device it reaches
+/// through the host's /dev, and checks `blkobs_fs_log_status` says the same.
+fn host_fs_status(d: &Daemon, name: &str, status: &str) -> Value {
+    let f = wait_status(d, name, status);
+    assert!(
+        f["device"]["node"]
+            .as_str()
+            .unwrap()
+            .starts_with("/host/dev/"),
+        "{f}"
+    );
+    assert_eq!(status_metric(d, name, status), 1.0);
+    f
 }
 
 /// As root (the README's way): the same features as in the other two deployments, for the

@@ -2,7 +2,7 @@
 //! xfs_db / dumpe2fs / debugfs say, and under an fsync-heavy load every write that starts inside
 //! a log range (ftrace `block_io_start` witness) is counted as `log="true"`, and no other.
 //!
-//! Needs root, tracefs and xfsprogs/e2fsprogs. Under CI=true a test that cannot run fails.
+//! Needs root, tracefs and xfsprogs/e2fsprogs. Under CI (`CI` truthy) a test that cannot run fails.
 
 mod support;
 

@@ -1,6 +1,6 @@
 //! Real eBPF, real devices: the observer against /proc/diskstats on loop devices with XFS.
 //!
-//! Needs root and a kernel with BTF. Under CI=true a test that cannot run fails.
+//! Needs root and a kernel with BTF. Under CI (`CI` truthy) a test that cannot run fails.
 
 mod support;
 
@@ -163,11 +163,7 @@ fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
     for class in &classes {
         let want = labels(class);
         let stage = |st: &str, what: &str| after.class_stage(class, st, what);
-        let (q, dv, t) = (
-            stage("queue", "sum"),
-            stage("device", "sum"),
-            stage("total", "sum"),
-        );
+        let (q, dv, t) = after.stage_sums(class);
         assert!(
             q >= 0.0 && dv >= 0.0 && t > 0.0,
             "{class:?}: negative or empty sums"

@@ -204,11 +204,7 @@ fn end_to_end(fs: &str, scheduler: &str, attach: &str) {
     for class in &after.latency_classes(n) {
         let want = labels(class);
         let stage = |st: &str, what: &str| after.class_stage(class, st, what);
-        let (q, dv, t) = (
-            stage("queue", "sum"),
-            stage("device", "sum"),
-            stage("total", "sum"),
-        );
+        let (q, dv, t) = after.stage_sums(class);
         assert!(
             (q + dv - t).abs() <= 1e-6 * t.max(1.0),
             "{tag} {class:?}: queue {q} + device {dv} != total {t}"

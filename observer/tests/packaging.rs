@@ -4,7 +4,7 @@
 //! Prometheus example (promtool), the Kubernetes DaemonSet (kubernetes-validate against the
 //! Kubernetes schema) and the Grafana provisioning examples.
 //!
-//! Tools come from scripts/provision.sh. Missing tools skip the test, except with `CI=true`.
+//! Tools come from scripts/provision.sh. Missing tools skip the test, except under CI (`CI` set to anything truthy).
 
 mod support;
 
@@ -45,10 +45,7 @@ fn directive(unit: &str, key: &str) -> Vec<String> {
 
 #[test]
 fn unit_verifies_and_scores_within_limit() {
-    if !require(
-        which("systemd-analyze").is_some(),
-        "systemd-analyze not found (apt-get install systemd)",
-    ) {
+    if !require_tool("systemd-analyze", "apt-get install systemd") {
         return;
     }
     let unit = read(UNIT);
@@ -131,17 +128,9 @@ fn syscall_group(name: &str, seen: &mut BTreeSet<String>) -> BTreeSet<String> {
     if !name.starts_with('@') {
         return BTreeSet::from([name.to_string()]);
     }
-    let out = Command::new("systemd-analyze")
-        .args(["syscall-filter", "--no-pager", name])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "systemd-analyze syscall-filter {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = sh("systemd-analyze", &["syscall-filter", "--no-pager", name]);
     let mut set = BTreeSet::new();
-    for l in String::from_utf8_lossy(&out.stdout).lines().skip(1) {
+    for l in out.lines().skip(1) {
         let t = l.trim();
         if t.starts_with('@') {
             if seen.insert(t.to_string()) {
@@ -380,10 +369,7 @@ fn default_config_is_valid() {
 
 #[test]
 fn prometheus_example_config_is_valid() {
-    if !require(
-        which("promtool").is_some(),
-        "promtool not found (apt-get install prometheus)",
-    ) {
+    if !require_tool("promtool", "apt-get install prometheus") {
         return;
     }
     let out = Command::new("promtool")

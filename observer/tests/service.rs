@@ -4,7 +4,7 @@
 //! user with only CAP_BPF + CAP_PERFMON.
 //!
 //! Run as root: `cargo test -p observer --test service`. Without root or tools the tests skip,
-//! except with `CI=true`, where they fail.
+//! except under CI (`CI` set to anything truthy), where they fail.
 
 mod support;
 

@@ -3,12 +3,17 @@
 //! bpf_stats pass and the scrape phase, and checks that the table came out and nothing was left
 //! behind. No timing assertions: the numbers of a 2 s run on a shared machine mean nothing.
 //!
-//! Needs root. Without it the test is skipped, except under CI=true, where it fails.
+//! Needs root. Without it the test is skipped (visibly, and listed in `$BLKOBS_SKIP_LOG`), except
+//! under CI, where it fails: the rule of observer/tests/support/skip.rs, restated here because
+//! that module belongs to another crate's tests.
 
 use std::process::Command;
 
 fn loop_devices_over(dir: &str) -> Vec<String> {
-    let out = Command::new("losetup").args(["-l", "-n", "-O", "NAME,BACK-FILE"]).output().expect("losetup");
+    let out = Command::new("losetup")
+        .args(["-l", "-n", "-O", "NAME,BACK-FILE"])
+        .output()
+        .expect("losetup");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| l.contains(dir))
@@ -16,16 +21,30 @@ fn loop_devices_over(dir: &str) -> Vec<String> {
         .collect()
 }
 
+/// True when running under CI: `CI` set to anything but empty, `0`, `false`, `no` or `off`
+/// (identical to `in_ci()` in observer/tests/support/skip.rs).
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| {
+        !matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "" | "0" | "false" | "no" | "off"
+        )
+    })
+}
+
 #[test]
 fn bench_smoke_runs_every_configuration() {
     if unsafe { libc::geteuid() } != 0 {
         let why = "bench smoke test needs root (loop devices, eBPF, sysctl)";
-        let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false" | "no" | "off"));
-        assert!(!ci, "cannot run under CI: {why}");
+        assert!(!in_ci(), "cannot run under CI: {why}");
         use std::io::Write;
         let _ = writeln!(std::io::stderr(), "SKIPPED {why}");
         if let Some(log) = std::env::var_os("BLKOBS_SKIP_LOG") {
-            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+            {
                 let _ = writeln!(f, "bench_smoke bench_smoke_runs_every_configuration: {why}");
             }
         }
@@ -43,24 +62,47 @@ fn bench_smoke_runs_every_configuration() {
     let out = child.wait_with_output().expect("waiting for xtask bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "cargo xtask bench --smoke failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "cargo xtask bench --smoke failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
 
-    for needle in ["### IOPS", "### eBPF cost", "### Observer daemon", "### Budget", "ns per request", "/metrics scrape"] {
+    for needle in [
+        "### IOPS",
+        "### eBPF cost",
+        "### Observer daemon",
+        "### Budget",
+        "ns per request",
+        "/metrics scrape",
+    ] {
         assert!(stdout.contains(needle), "table lacks {needle:?}:\n{stdout}");
     }
     for config in ["untraced", "floor", "biolatency", "observer"] {
         for w in ["randread", "randwrite"] {
             assert!(
-                stdout.lines().any(|l| l.contains(&format!("| {w} | {config} |"))),
+                stdout
+                    .lines()
+                    .any(|l| l.contains(&format!("| {w} | {config} |"))),
                 "no IOPS row for {config} {w}:\n{stdout}"
             );
         }
     }
     for config in ["floor", "biolatency", "observer"] {
-        assert!(stdout.contains(&format!("| {config} | randread | **total**")), "no bpf_stats total for {config}:\n{stdout}");
+        assert!(
+            stdout.contains(&format!("| {config} | randread | **total**")),
+            "no bpf_stats total for {config}:\n{stdout}"
+        );
     }
     // Cleanup on the success path: sysctl restored, no loop devices or files left.
-    assert_eq!(std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap(), stats_before);
-    assert!(loop_devices_over(&dir).is_empty(), "loop devices left: {:?}", loop_devices_over(&dir));
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap(),
+        stats_before
+    );
+    assert!(
+        loop_devices_over(&dir).is_empty(),
+        "loop devices left: {:?}",
+        loop_devices_over(&dir)
+    );
     assert!(!std::path::Path::new(&dir).exists(), "{dir} left behind");
 }

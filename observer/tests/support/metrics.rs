@@ -90,6 +90,12 @@ impl Metrics {
             .collect()
     }
 
+    /// The latency sums of one class: (queue, device, total).
+    pub fn stage_sums(&self, class: &Class) -> (f64, f64, f64) {
+        let sum = |stage| self.class_stage(class, stage, "sum");
+        (sum("queue"), sum("device"), sum("total"))
+    }
+
     /// `blkobs_request_latency_seconds_<what>` (sum, count) of one class in stage `stage`.
     pub fn class_stage(&self, class: &Class, stage: &str, what: &str) -> f64 {
         let mut w = labels(class);

@@ -33,13 +33,15 @@ pub fn which(bin: &str) -> Option<PathBuf> {
 
 /// Runs a command, panicking with its output on failure; returns stdout.
 pub fn sh(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    run_ok(Command::new(cmd).args(args))
+}
+
+/// Runs `cmd` to completion, panicking with its stderr unless it succeeded; returns stdout.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
         out.status.success(),
-        "{cmd} {args:?} failed: {}\n{}",
+        "{cmd:?} failed: {}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );

@@ -49,6 +49,11 @@ pub fn require(ok: bool, what: &str) -> bool {
     ))
 }
 
+/// `tool` found (see [`which`]), else [`skip`] with "`tool` not found (`hint`)".
+pub fn require_tool(tool: &str, hint: &str) -> bool {
+    require(which(tool).is_some(), &format!("{tool} not found ({hint})"))
+}
+
 /// Whether the test runs as root.
 pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
