@@ -582,12 +582,9 @@ fn unit_identity_finds_logs() {
     let disk = disk_gid();
 
     // Before: the old unit (PrivateDevices=yes, no group disk).
-    let addr = free_addr();
-    let d = Daemon::spawn(
-        in_unit(&cg, true, None, &observer_argv(&dir, &addr, &[])),
-        addr,
-        &dir.0.join("before.log"),
-    );
+    let d = spawn_in(&dir, &[], "before.log", |argv| {
+        in_unit(&cg, true, None, argv)
+    });
     for name in [&fx.xfs.name, &fx.ext4.name] {
         let f = wait_status(&d, name, "no_device_node");
         eprintln!("old unit: {name}: {} / {}", f["log_status"], f["warning"]);
@@ -596,12 +593,9 @@ fn unit_identity_finds_logs() {
     stop(d);
 
     // Without group disk: unreadable, with the reason and what to grant.
-    let addr = free_addr();
-    let d = Daemon::spawn(
-        in_unit(&cg, false, None, &observer_argv(&dir, &addr, &[])),
-        addr,
-        &dir.0.join("nodisk.log"),
-    );
+    let d = spawn_in(&dir, &[], "nodisk.log", |argv| {
+        in_unit(&cg, false, None, argv)
+    });
     for name in [&fx.xfs.name, &fx.ext4.name] {
         let f = wait_status(&d, name, "unreadable");
         let w = f["warning"].as_str().unwrap();
@@ -632,17 +626,10 @@ fn unit_identity_finds_logs() {
     // The shipped unit.
     let base = format!("{SLOW_ALL}");
     let cfg = dir.config("observer.toml", &base);
-    let addr = free_addr();
-    let d = Daemon::spawn(
-        in_unit(
-            &cg,
-            false,
-            Some(disk),
-            &observer_argv(&dir, &addr, &["--config", cfg.to_str().unwrap()]),
-        ),
-        addr,
-        &dir.0.join("unit.log"),
-    );
+    let config = ["--config", cfg.to_str().unwrap()];
+    let d = spawn_in(&dir, &config, "unit.log", |argv| {
+        in_unit(&cg, false, Some(disk), argv)
+    });
     let status =
         std::fs::read_to_string(format!("/proc/{}/status", observer_pid(d.pid()))).unwrap();
     let field = |k: &str| status_fields(&status, k).join(" ");
@@ -709,7 +696,9 @@ fn daemonset_view_finds_logs() {
     // Before: no host view: neither the filesystems nor the submitters' cgroups.
     let slow = dir.config("slow.toml", SLOW_ALL);
     let slow = ["--config", slow.to_str().unwrap()];
-    let d = daemonset(&runc, &unmount, &dir, &slow, "nohost.log");
+    let d = spawn_in(&dir, &slow, "nohost.log", |argv| {
+        in_daemonset(&runc, &unmount, argv)
+    });
     std::thread::sleep(Duration::from_secs(1));
     for name in [&fx.xfs.name, &fx.ext4.name] {
         assert!(
@@ -723,7 +712,9 @@ fn daemonset_view_finds_logs() {
     stop(d);
 
     // The manifest as shipped, runc's default device cgroup: unreadable, said so.
-    let d = daemonset(&runc, &unmount, &dir, &["--host-root", "/host"], "runc.log");
+    let d = spawn_in(&dir, &["--host-root", "/host"], "runc.log", |argv| {
+        in_daemonset(&runc, &unmount, argv)
+    });
     for name in [&fx.xfs.name, &fx.ext4.name] {
         let f = host_fs_status(&d, name, "unreadable");
         eprintln!(
@@ -738,13 +729,10 @@ fn daemonset_view_finds_logs() {
     let cg = DevCgroup::new(&[RUNC_DEVICES, &["b *:* r"]].concat());
     let base = format!("host_root = \"/host\"\n{SLOW_ALL}");
     let cfg = dir.config("observer.toml", &base);
-    let d = daemonset(
-        &cg,
-        &unmount,
-        &dir,
-        &["--config", cfg.to_str().unwrap()],
-        "daemonset.log",
-    );
+    let config = ["--config", cfg.to_str().unwrap()];
+    let d = spawn_in(&dir, &config, "daemonset.log", |argv| {
+        in_daemonset(&cg, &unmount, argv)
+    });
     for name in [&fx.xfs.name, &fx.ext4.name] {
         host_fs_status(&d, name, "found");
     }
@@ -755,11 +743,16 @@ fn daemonset_view_finds_logs() {
     drop(cg);
 }
 
-/// The daemon as the DaemonSet runs it ([`in_daemonset`]) with `extra` arguments, output to
-/// `log` in `dir`.
-fn daemonset(cg: &DevCgroup, unmount: &[&Path], dir: &Dir, extra: &[&str], log: &str) -> Daemon {
+/// The daemon (`dir`'s copy, `extra` arguments, output to `log` in `dir`) started through
+/// `wrap` (the unit's or the DaemonSet's sandbox).
+fn spawn_in(
+    dir: &Dir,
+    extra: &[&str],
+    log: &str,
+    wrap: impl FnOnce(&[String]) -> Command,
+) -> Daemon {
     let addr = free_addr();
-    let cmd = in_daemonset(cg, unmount, &observer_argv(dir, &addr, extra));
+    let cmd = wrap(&observer_argv(dir, &addr, extra));
     Daemon::spawn(cmd, addr, &dir.0.join(log))
 }
 
