@@ -202,15 +202,17 @@ impl NullBlk {
     fn new(size_mib: u64, scheduler: &str) -> NullBlk {
         let config = Path::new("/sys/kernel/config");
         if !config.join("nullb").is_dir() {
-            if !config.join("nullb").exists() && std::fs::read_dir(config).map(|mut d| d.next().is_none()).unwrap_or(true) {
-                let _ = std::process::Command::new("mount").args(["-t", "configfs", "configfs", "/sys/kernel/config"]).status();
-            }
             // In the kernel matrix the modules live in the unpacked package (BLKOBS_VM_MODROOT).
+            // null_blk pulls in configfs, which can then be mounted.
             let mut modprobe = std::process::Command::new("modprobe");
             if let Some(root) = std::env::var_os("BLKOBS_VM_MODROOT") {
                 modprobe.arg("-d").arg(root);
             }
             let st = modprobe.args(["null_blk", "nr_devices=0"]).status();
+            let mounted = std::process::Command::new("mountpoint").args(["-q", "/sys/kernel/config"]).status();
+            if !mounted.is_ok_and(|s| s.success()) {
+                sh("mount", &["-t", "configfs", "configfs", "/sys/kernel/config"]);
+            }
             assert!(config.join("nullb").is_dir(), "null_blk is not available (modprobe: {st:?})");
         }
         let dir = config.join(format!("nullb/blkobs{}", std::process::id()));
