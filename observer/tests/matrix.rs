@@ -221,6 +221,8 @@ impl NullBlk {
         set("size", &size_mib.to_string());
         set("memory_backed", "1");
         set("cache_size", "16");
+        // fstrim in the workload: memory-backed null_blk discards only when asked to.
+        set("discard", "1");
         set("power", "1");
         let index = std::fs::read_to_string(dir.join("index")).unwrap().trim().to_string();
         let d = NullBlk { name: format!("nullb{index}"), dir };
