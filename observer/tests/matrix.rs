@@ -110,12 +110,14 @@ fn end_to_end(fs: &str, scheduler: &str, attach: &str) {
     assert_eq!((r, w, d, f), (kr, kw, kd, kf), "{tag} reads, writes, discards, flushes vs /proc/diskstats");
     assert_eq!(ours("other"), 0.0, "{tag} other ops");
     assert!(r > 100.0 && w > 100.0 && f >= FSYNCS as f64 / 2.0, "{tag} workload too small to prove anything");
-    // Target 0 (issue: rarely, a completion reaches ftrace but not the programs; the entry is
-    // then counted as lost when its struct is reused). Allow 5 in 10,000: the flush-sequence
-    // misreads this matrix exists to catch lose most requests.
+    // In the matrix's kernels: none. On the development host's 6.18, rarely (about 1 in 10^4
+    // under fio) a completion reaches ftrace but not the programs and the request is counted
+    // as lost when its struct is reused (README, "Lost completions"): allowed there up to 5 in
+    // 10,000, far below what a flush-sequence misread loses (most FUA writes).
     let total: f64 = OPS.iter().map(|op| ours(op)).sum();
+    let allowed = if std::env::var_os("BLKOBS_VM").is_some() { 0.0 } else { total * 0.0005 };
     assert!(
-        lost <= total * 0.0005,
+        lost <= allowed,
         "{tag} {lost} lost completions of {total}: {:?}",
         after.select("blkobs_lost_completions_total", &[("device", n)]).filter(|s| s.value > 0.0).collect::<Vec<_>>()
     );
