@@ -94,7 +94,9 @@ impl Daemon {
             .spawn()
             .expect("starting observer");
         let mut d = Daemon { child, addr };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // Under TCG (the kernel matrix) loading and verifying the programs takes ~10x longer.
+        let limit = if std::env::var_os("BLKOBS_VM").is_some() { 120 } else { 30 };
+        let deadline = Instant::now() + Duration::from_secs(limit);
         loop {
             if let Some(status) = d.child.try_wait().unwrap() {
                 panic!("observer exited early: {status}");
@@ -102,7 +104,7 @@ impl Daemon {
             if d.get("/healthz").map(|(s, _)| s == 200).unwrap_or(false) {
                 return d;
             }
-            assert!(Instant::now() < deadline, "observer did not become healthy in 30 s");
+            assert!(Instant::now() < deadline, "observer did not become healthy in {limit} s");
             std::thread::sleep(Duration::from_millis(100));
         }
     }
