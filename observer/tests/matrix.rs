@@ -144,20 +144,22 @@ fn end_to_end(fs: &str, scheduler: &str, attach: &str) {
         let samples = after.sum("blkobs_requests_total", &want) - after.sum("blkobs_lost_completions_total", &want);
         assert_eq!(stage("total", "count"), samples, "{tag} {class:?}: total-stage samples vs requests - lost");
     }
-    // FUA writes on a device without FUA (loop): the device stage runs to the end of the
-    // post-flush, so it is never shorter on average than the flush requests' own device time.
-    // (null_blk with a cache supports FUA: no post-flush there.)
-    let device_fua = std::fs::read_to_string(format!("/sys/block/{n}/queue/fua")).is_ok_and(|v| v.trim() == "1");
-    if fua > 0.0 && !device_fua {
-        let mean = |sel: &[(&str, &str)]| {
-            let mut c = sel.to_vec();
-            c.push(("stage", "device"));
-            after.sum("blkobs_request_latency_seconds_sum", &c) / after.sum("blkobs_request_latency_seconds_count", &c)
-        };
-        let (fua_dev, flush_dev) = (mean(&[("device", n), ("op", "write"), ("fua", "true")]), mean(&[("device", n), ("op", "flush")]));
-        eprintln!("{tag} mean device time: FUA writes {:.1} µs, flushes {:.1} µs", fua_dev * 1e6, flush_dev * 1e6);
-        assert!(fua_dev >= flush_dev, "{tag} FUA writes' device stage ({fua_dev} s) shorter than a flush ({flush_dev} s)");
-    }
+    // FUA writes on a device without FUA (loop) run through a flush sequence: their data
+    // part completes once inside it, and again, with 0 bytes, after the post-flush. Reading
+    // that first completion as final (the bug this matrix found on 6.12) frees the entry and
+    // turns every second completion into an untracked one: `untracked == 0` above is the
+    // check that the device stage runs to the end of the post-flush. The mean device times
+    // are printed for the record; they are no witness (flushes queue behind other I/O).
+    let device_mean = |sel: &[(&str, &str)]| {
+        let mut c = sel.to_vec();
+        c.push(("stage", "device"));
+        after.sum("blkobs_request_latency_seconds_sum", &c) / after.sum("blkobs_request_latency_seconds_count", &c)
+    };
+    eprintln!(
+        "{tag} mean device time: FUA writes {:.1} µs, flushes {:.1} µs",
+        device_mean(&[("device", n), ("op", "write"), ("fua", "true")]) * 1e6,
+        device_mean(&[("device", n), ("op", "flush")]) * 1e6
+    );
     drop(m);
 }
 
