@@ -147,8 +147,9 @@ fn end_to_end(fs: &str, scheduler: &str, attach: &str) {
     // FUA writes on a device without FUA (loop) run through a flush sequence: their data
     // part completes once inside it, and again, with 0 bytes, after the post-flush. Reading
     // that first completion as final (the bug this matrix found on 6.12) frees the entry and
-    // turns every second completion into an untracked one: `untracked == 0` above is the
-    // check that the device stage runs to the end of the post-flush. The mean device times
+    // turns every second completion into an untracked one (or, without block_io_start, into a
+    // request of its own): `untracked == 0` and the exact counts above are the check that the
+    // device stage runs to the end of the post-flush. The mean device times
     // are printed for the record; they are no witness (flushes queue behind other I/O).
     let device_mean = |sel: &[(&str, &str)]| {
         let mut c = sel.to_vec();
