@@ -176,12 +176,18 @@ fn end_to_end(fs: &str, scheduler: &str, attach: &str) {
         r > 100.0 && w > 100.0 && f >= FSYNCS as f64 / 2.0,
         "{tag} workload too small to prove anything"
     );
-    // Target 0 (issue: rarely, a completion reaches ftrace but not the programs; the entry is
-    // then counted as lost when its struct is reused). Allow 5 in 10,000: the flush-sequence
-    // misreads this matrix exists to catch lose most requests.
+    // In the matrix's kernels: none. On the development host's 6.18, rarely (about 1 in 10^4
+    // under fio) a completion reaches ftrace but not the programs and the request is counted
+    // as lost when its struct is reused (README, "Lost completions"): allowed there up to 5 in
+    // 10,000, far below what a flush-sequence misread loses (most FUA writes).
     let total: f64 = OPS.iter().map(|op| ours(op)).sum();
+    let allowed = if std::env::var_os("BLKOBS_VM").is_some() {
+        0.0
+    } else {
+        total * 0.0005
+    };
     assert!(
-        lost <= total * 0.0005,
+        lost <= allowed,
         "{tag} {lost} lost completions of {total}: {:?}",
         after
             .select("blkobs_lost_completions_total", &[("device", n)])
@@ -217,29 +223,24 @@ fn end_to_end(fs: &str, scheduler: &str, attach: &str) {
             "{tag} {class:?}: total-stage samples vs requests - lost"
         );
     }
-    // FUA writes on a device without FUA: the device stage runs to the end of the post-flush,
-    // so it is never shorter on average than the flush requests' own device time.
-    if fua > 0.0 {
-        let mean = |sel: &[(&str, &str)]| {
-            let mut c = sel.to_vec();
-            c.push(("stage", "device"));
-            after.sum("blkobs_request_latency_seconds_sum", &c)
-                / after.sum("blkobs_request_latency_seconds_count", &c)
-        };
-        let (fua_dev, flush_dev) = (
-            mean(&[("device", n), ("op", "write"), ("fua", "true")]),
-            mean(&[("device", n), ("op", "flush")]),
-        );
-        eprintln!(
-            "{tag} mean device time: FUA writes {:.1} µs, flushes {:.1} µs",
-            fua_dev * 1e6,
-            flush_dev * 1e6
-        );
-        assert!(
-            fua_dev >= flush_dev,
-            "{tag} FUA writes' device stage ({fua_dev} s) shorter than a flush ({flush_dev} s)"
-        );
-    }
+    // FUA writes on a device without FUA (loop) run through a flush sequence: their data
+    // part completes once inside it, and again, with 0 bytes, after the post-flush. Reading
+    // that first completion as final (the bug this matrix found on 6.12) frees the entry and
+    // turns every second completion into an untracked one (or, without block_io_start, into a
+    // request of its own): `untracked == 0` and the exact counts above are the check that the
+    // device stage runs to the end of the post-flush. The mean device times
+    // are printed for the record; they are no witness (flushes queue behind other I/O).
+    let device_mean = |sel: &[(&str, &str)]| {
+        let mut c = sel.to_vec();
+        c.push(("stage", "device"));
+        after.sum("blkobs_request_latency_seconds_sum", &c)
+            / after.sum("blkobs_request_latency_seconds_count", &c)
+    };
+    eprintln!(
+        "{tag} mean device time: FUA writes {:.1} µs, flushes {:.1} µs",
+        device_mean(&[("device", n), ("op", "write"), ("fua", "true")]) * 1e6,
+        device_mean(&[("device", n), ("op", "flush")]) * 1e6
+    );
     drop(m);
 }
 

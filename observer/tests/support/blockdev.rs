@@ -182,21 +182,22 @@ impl NullBlk {
     pub fn new(size_mib: u64, scheduler: &str) -> NullBlk {
         let config = Path::new("/sys/kernel/config");
         if !config.join("nullb").is_dir() {
-            if !config.join("nullb").exists()
-                && std::fs::read_dir(config)
-                    .map(|mut d| d.next().is_none())
-                    .unwrap_or(true)
-            {
-                let _ = Command::new("mount")
-                    .args(["-t", "configfs", "configfs", "/sys/kernel/config"])
-                    .status();
-            }
             // In the kernel matrix the modules live in the unpacked package (BLKOBS_VM_MODROOT).
+            // null_blk pulls in configfs, which can then be mounted.
             let mut modprobe = Command::new("modprobe");
             if let Some(root) = std::env::var_os("BLKOBS_VM_MODROOT") {
                 modprobe.arg("-d").arg(root);
             }
             let st = modprobe.args(["null_blk", "nr_devices=0"]).status();
+            let mounted = Command::new("mountpoint")
+                .args(["-q", "/sys/kernel/config"])
+                .status();
+            if !mounted.is_ok_and(|s| s.success()) {
+                sh(
+                    "mount",
+                    &["-t", "configfs", "configfs", "/sys/kernel/config"],
+                );
+            }
             assert!(
                 config.join("nullb").is_dir(),
                 "null_blk is not available (modprobe: {st:?})"
@@ -210,6 +211,8 @@ impl NullBlk {
         set("size", &size_mib.to_string());
         set("memory_backed", "1");
         set("cache_size", "16");
+        // fstrim in the workload: memory-backed null_blk discards only when asked to.
+        set("discard", "1");
         set("power", "1");
         let index = std::fs::read_to_string(dir.join("index"))
             .unwrap()

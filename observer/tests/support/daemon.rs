@@ -52,7 +52,13 @@ impl Daemon {
             log.map(|l| std::fs::read_to_string(l).unwrap_or_default())
                 .unwrap_or_default()
         };
-        let up = wait_for(Duration::from_secs(30), || {
+        // Under TCG (the kernel matrix) loading and verifying the programs takes ~10x longer.
+        let limit = if std::env::var_os("BLKOBS_VM").is_some() {
+            120
+        } else {
+            30
+        };
+        let up = wait_for(Duration::from_secs(limit), || {
             if let Some(status) = d.proc.child.try_wait().unwrap() {
                 panic!("observer exited early: {status}\n{}", log());
             }
@@ -60,7 +66,7 @@ impl Daemon {
         });
         assert!(
             up.is_some(),
-            "observer did not become healthy in 30 s on {}\n{}",
+            "observer did not become healthy in {limit} s on {}\n{}",
             d.addr,
             log()
         );
