@@ -177,14 +177,15 @@ fn end_to_end(fs: &str, scheduler: &str, attach: &str) {
         "{tag} workload too small to prove anything"
     );
     // In the matrix's kernels: none. On the development host's 6.18, rarely (about 1 in 10^4
-    // under fio) a completion reaches ftrace but not the programs and the request is counted
-    // as lost when its struct is reused (README, "Lost completions"): allowed there up to 5 in
-    // 10,000, far below what a flush-sequence misread loses (most FUA writes).
+    // under fio, up to 1 in 10^3 on a loaded machine) a completion reaches ftrace but not the
+    // programs and the request is counted as lost when its struct is reused (README, "Lost
+    // completions"): allowed there up to 0.5 % as in tests/kernel.rs, far below what a
+    // flush-sequence misread loses (most FUA writes, most requests with mq-deadline).
     let total: f64 = OPS.iter().map(|op| ours(op)).sum();
     let allowed = if std::env::var_os("BLKOBS_VM").is_some() {
         0.0
     } else {
-        total * 0.0005
+        total * 0.005
     };
     assert!(
         lost <= allowed,
