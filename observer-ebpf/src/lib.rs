@@ -1,0 +1,41 @@
+//! Shared by the three eBPF objects (`observer`, `floor`, `costs`): reading kernel structs
+//! through the BTF-derived `LAYOUT` ([`layout_global!`]), writing map values without `memset`/`memcpy`, the
+//! `tp_btf`/`raw_tp` program pair macro, and the one panic handler and license.
+//!
+//! Maps are not declared here: each object declares its own, so the empty `floor` programs
+//! carry no map the daemon's programs use.
+#![no_std]
+
+pub mod kernel;
+pub mod store;
+
+pub use kernel::{arg, layout, read};
+
+/// Declares one handler's entry pair for one argument layout: a `tp_btf` program (preferred)
+/// and a `raw_tp` fallback, both calling `$call` with the context bound to `$c`. Each handler
+/// uses it twice: request (or bio) at argument 0 (Linux ≥ 5.11) and after the queue (older).
+#[macro_export]
+macro_rules! programs {
+    ($tp:literal, $btf:ident, $raw:ident, |$c:ident| $call:expr) => {
+        #[aya_ebpf::macros::btf_tracepoint(function = $tp)]
+        pub fn $btf($c: aya_ebpf::programs::BtfTracePointContext) -> i32 {
+            $call;
+            0
+        }
+        #[aya_ebpf::macros::raw_tracepoint(tracepoint = $tp)]
+        pub fn $raw($c: aya_ebpf::programs::RawTracePointContext) -> i32 {
+            $call;
+            0
+        }
+    };
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[no_mangle]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,40 @@
+//! `block_bio_backmerge(struct bio *bio)` and `block_bio_frontmerge(struct bio *bio)`: a bio
+//! merged into an existing request. Before 5.11: `(q, rq, bio)`, the bio third.
+use observer_common::class::classify;
+use observer_ebpf::{arg, kernel::bio_dev, layout, programs, read};
+
+use crate::maps::stats;
+
+#[inline(always)]
+fn on_bio_merge(bio: u64) {
+    let l = layout();
+    let dev = bio_dev(bio, &l);
+    if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), &l)) {
+        unsafe { (*s).merges += 1 };
+    }
+}
+
+programs!(
+    "block_bio_backmerge",
+    bio_backmerge,
+    bio_backmerge_raw,
+    |c| on_bio_merge(arg(&c, 0))
+);
+programs!(
+    "block_bio_backmerge",
+    bio_backmerge_q,
+    bio_backmerge_q_raw,
+    |c| on_bio_merge(arg(&c, 2))
+);
+programs!(
+    "block_bio_frontmerge",
+    bio_frontmerge,
+    bio_frontmerge_raw,
+    |c| on_bio_merge(arg(&c, 0))
+);
+programs!(
+    "block_bio_frontmerge",
+    bio_frontmerge_q,
+    bio_frontmerge_q_raw,
+    |c| on_bio_merge(arg(&c, 2))
+);
