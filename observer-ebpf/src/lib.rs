@@ -12,19 +12,20 @@ pub mod store;
 pub use kernel::{arg, layout, read};
 
 /// Declares one handler's entry pair for one argument layout: a `tp_btf` program (preferred)
-/// and a `raw_tp` fallback, both calling `$call` with the context bound to `$c`. Each handler
-/// uses it twice: request (or bio) at argument 0 (Linux ≥ 5.11) and after the queue (older).
+/// and a `raw_tp` fallback, both calling `$handler(&ctx, $i)`, where `$i` is the index of the
+/// request (or bio) among the tracepoint's arguments. Each handler uses it twice: `$i` = 0
+/// (Linux ≥ 5.11) and the queue-first layout of older kernels.
 #[macro_export]
 macro_rules! programs {
-    ($tp:literal, $btf:ident, $raw:ident, |$c:ident| $call:expr) => {
+    ($tp:literal, $handler:ident, $btf:ident, $raw:ident, $i:literal) => {
         #[aya_ebpf::macros::btf_tracepoint(function = $tp)]
-        pub fn $btf($c: aya_ebpf::programs::BtfTracePointContext) -> i32 {
-            $call;
+        pub fn $btf(c: aya_ebpf::programs::BtfTracePointContext) -> i32 {
+            $handler(&c, $i);
             0
         }
         #[aya_ebpf::macros::raw_tracepoint(tracepoint = $tp)]
-        pub fn $raw($c: aya_ebpf::programs::RawTracePointContext) -> i32 {
-            $call;
+        pub fn $raw(c: aya_ebpf::programs::RawTracePointContext) -> i32 {
+            $handler(&c, $i);
             0
         }
     };

@@ -1,12 +1,14 @@
 //! `block_bio_backmerge(struct bio *bio)` and `block_bio_frontmerge(struct bio *bio)`: a bio
 //! merged into an existing request. Before 5.11: `(q, rq, bio)`, the bio third.
+use aya_ebpf::EbpfContext;
 use observer_common::class::classify;
 use observer_ebpf::{arg, kernel::bio_dev, layout, programs, read};
 
 use crate::maps::stats;
 
 #[inline(always)]
-fn on_bio_merge(bio: u64) {
+fn on_bio_merge(c: &impl EbpfContext, i: usize) {
+    let bio = arg(c, i);
     let l = layout();
     let dev = bio_dev(bio, &l);
     if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), &l)) {
@@ -16,25 +18,29 @@ fn on_bio_merge(bio: u64) {
 
 programs!(
     "block_bio_backmerge",
+    on_bio_merge,
     bio_backmerge,
     bio_backmerge_raw,
-    |c| on_bio_merge(arg(&c, 0))
+    0
 );
 programs!(
     "block_bio_backmerge",
+    on_bio_merge,
     bio_backmerge_q,
     bio_backmerge_q_raw,
-    |c| on_bio_merge(arg(&c, 2))
+    2
 );
 programs!(
     "block_bio_frontmerge",
+    on_bio_merge,
     bio_frontmerge,
     bio_frontmerge_raw,
-    |c| on_bio_merge(arg(&c, 0))
+    0
 );
 programs!(
     "block_bio_frontmerge",
+    on_bio_merge,
     bio_frontmerge_q,
     bio_frontmerge_q_raw,
-    |c| on_bio_merge(arg(&c, 2))
+    2
 );

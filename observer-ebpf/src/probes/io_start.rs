@@ -1,19 +1,16 @@
 //! `block_io_start(struct request *rq)`: a bio became a request (block/blk-mq.c:
 //! blk_account_io_start). Added in 6.5 by 5a80bd075f3b ("block: introduce
 //! block_io_start/block_io_done tracepoints"); older kernels enter at [`super::rq_insert`].
-use aya_ebpf::helpers::bpf_ktime_get_ns;
+use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_ebpf::{arg, layout, programs};
 
 use crate::inflight::enter;
 
 #[inline(always)]
-fn on_io_start(rq: u64) {
+fn on_io_start(c: &impl EbpfContext, i: usize) {
+    let rq = arg(c, i);
     enter(rq, unsafe { bpf_ktime_get_ns() }, 0, true, &layout());
 }
 
-programs!("block_io_start", io_start, io_start_raw, |c| on_io_start(
-    arg(&c, 0)
-));
-programs!("block_io_start", io_start_q, io_start_q_raw, |c| {
-    on_io_start(arg(&c, 1))
-});
+programs!("block_io_start", on_io_start, io_start, io_start_raw, 0);
+programs!("block_io_start", on_io_start, io_start_q, io_start_q_raw, 1);

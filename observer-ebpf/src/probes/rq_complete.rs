@@ -1,7 +1,7 @@
 //! `block_rq_complete(struct request *rq, blk_status_t error, unsigned int nr_bytes)`: a
 //! (partial) completion (blk_update_request). Aggregates a request's final completion into its
 //! per-CPU histograms and reports it if slow.
-use aya_ebpf::helpers::bpf_ktime_get_ns;
+use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
     class::OP_MASK,
     layout::KernelLayout,
@@ -20,6 +20,16 @@ use crate::{
     maps::{count, emit, error_seen, stats, SETTINGS},
     stall,
 };
+
+/// Argument `i` is the request, then the error and the bytes completed.
+#[inline(always)]
+fn entry(c: &impl EbpfContext, i: usize) {
+    on_complete(
+        arg(c, i),
+        arg(c, i + 1) as u32 as u64,
+        arg(c, i + 2) as u32 as u64,
+    );
+}
 
 /// A request's stages, in ns.
 struct Latency {
@@ -189,17 +199,11 @@ fn slow(class: u16, lat: &Latency) -> bool {
         || over(lat.total, t[Stage::Total as usize])
 }
 
-programs!("block_rq_complete", rq_complete, rq_complete_raw, |c| {
-    on_complete(
-        arg(&c, 0),
-        arg(&c, 1) as u32 as u64,
-        arg(&c, 2) as u32 as u64,
-    )
-});
-programs!("block_rq_complete", rq_complete_q, rq_complete_q_raw, |c| {
-    on_complete(
-        arg(&c, 1),
-        arg(&c, 2) as u32 as u64,
-        arg(&c, 3) as u32 as u64,
-    )
-});
+programs!("block_rq_complete", entry, rq_complete, rq_complete_raw, 0);
+programs!(
+    "block_rq_complete",
+    entry,
+    rq_complete_q,
+    rq_complete_q_raw,
+    1
+);

@@ -1,5 +1,5 @@
 //! `block_rq_issue(struct request *rq)`: dispatch to the driver (blk_mq_start_request).
-use aya_ebpf::helpers::bpf_ktime_get_ns;
+use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
     class::Op,
     maps::{Counter, Inflight},
@@ -18,7 +18,8 @@ use crate::{
 };
 
 #[inline(always)]
-fn on_issue(rq: u64) {
+fn on_issue(c: &impl EbpfContext, i: usize) {
+    let rq = arg(c, i);
     let now = unsafe { bpf_ktime_get_ns() };
     let l = layout();
     if let Some(e) = live(rq) {
@@ -62,9 +63,5 @@ fn redispatch(e: &mut Inflight, now: u64) -> bool {
     false
 }
 
-programs!("block_rq_issue", rq_issue, rq_issue_raw, |c| on_issue(arg(
-    &c, 0
-)));
-programs!("block_rq_issue", rq_issue_q, rq_issue_q_raw, |c| on_issue(
-    arg(&c, 1)
-));
+programs!("block_rq_issue", on_issue, rq_issue, rq_issue_raw, 0);
+programs!("block_rq_issue", on_issue, rq_issue_q, rq_issue_q_raw, 1);

@@ -1,5 +1,6 @@
 //! `block_rq_merge(struct request *rq)`: `rq` is merged into another request and freed; it is
 //! not an I/O of its own.
+use aya_ebpf::EbpfContext;
 use observer_common::class::classify;
 use observer_ebpf::{arg, kernel::rq_dev, layout, programs, read};
 
@@ -9,7 +10,8 @@ use crate::{
 };
 
 #[inline(always)]
-fn on_rq_merge(rq: u64) {
+fn on_rq_merge(c: &impl EbpfContext, i: usize) {
+    let rq = arg(c, i);
     let (dev, class) = match live(rq) {
         Some(e) => {
             let dc = (e.dev, e.class);
@@ -26,9 +28,5 @@ fn on_rq_merge(rq: u64) {
     }
 }
 
-programs!("block_rq_merge", rq_merge, rq_merge_raw, |c| on_rq_merge(
-    arg(&c, 0)
-));
-programs!("block_rq_merge", rq_merge_q, rq_merge_q_raw, |c| {
-    on_rq_merge(arg(&c, 1))
-});
+programs!("block_rq_merge", on_rq_merge, rq_merge, rq_merge_raw, 0);
+programs!("block_rq_merge", on_rq_merge, rq_merge_q, rq_merge_q_raw, 1);

@@ -28,56 +28,66 @@ pub fn observer_table(o: &mut String, env: &Env, res: &Results) {
         o,
         "\n### Observer daemon (default configuration, /metrics scraped every 5 s during runs)\n"
     );
-    let _ = writeln!(o, "| measure | value |");
-    let _ = writeln!(o, "|---|---:|");
-    let _ = writeln!(
-        o,
-        "| peak RSS (VmHWM, max over runs, includes startup) | {:.1} MiB |",
-        res.obs_peak_rss_kib as f64 / 1024.0
+    let _ = writeln!(o, "| measure | value |\n|---|---:|");
+    let mut row = |measure: &str, value: String| {
+        let _ = writeln!(o, "| {measure} | {value} |");
+    };
+    let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
+    row(
+        "peak RSS (VmHWM, max over runs, includes startup)",
+        mib(res.obs_peak_rss_kib),
     );
-    let _ = writeln!(
-        o,
-        "| RSS at the end of a run (VmRSS, max over runs) | {:.1} MiB |",
-        res.obs_rss_kib as f64 / 1024.0
+    row(
+        "RSS at the end of a run (VmRSS, max over runs)",
+        mib(res.obs_rss_kib),
     );
-    let _ = writeln!(
-        o,
-        "| CPU seconds per million requests | {:.4} s ({:.3} s over {:.1} M requests) |",
-        cpu_per_m,
-        res.obs_cpu_s,
-        res.obs_requests as f64 / 1e6
+    row(
+        "CPU seconds per million requests",
+        format!(
+            "{:.4} s ({:.3} s over {:.1} M requests)",
+            cpu_per_m,
+            res.obs_cpu_s,
+            res.obs_requests as f64 / 1e6
+        ),
     );
-    let _ = writeln!(
-        o,
-        "| ⇒ share of one core at 100k IOPS | {:.3} % |",
-        cpu_per_m * 0.1 * 100.0
+    row(
+        "⇒ share of one core at 100k IOPS",
+        format!("{:.3} %", cpu_per_m * 0.1 * 100.0),
     );
-    let _ = writeln!(o, "| /metrics scrape, {} loop devices busy: median / max of {} | {:.2} ms / {:.2} ms ({} series, {} of {} devices exported) |",
-        a.scrape_devices, res.scrape_ms.len(), scrape_med, scrape_max, res.scrape_series, res.scrape_devices, a.scrape_devices);
-    let _ = writeln!(
-        o,
-        "| untracked completions (IOPS runs / scrape phase) | {} / {} |",
-        e.untracked, s.untracked
+    row(
+        &format!(
+            "/metrics scrape, {} loop devices busy: median / max of {}",
+            a.scrape_devices,
+            res.scrape_ms.len()
+        ),
+        format!(
+            "{:.2} ms / {:.2} ms ({} series, {} of {} devices exported)",
+            scrape_med, scrape_max, res.scrape_series, res.scrape_devices, a.scrape_devices
+        ),
     );
-    let _ = writeln!(
-        o,
-        "| dropped requests, map full (IOPS runs / scrape phase) | {} / {} |",
-        e.dropped, s.dropped
+    row(
+        "untracked completions (IOPS runs / scrape phase)",
+        format!("{} / {}", e.untracked, s.untracked),
     );
-    let _ = writeln!(
-        o,
-        "| stale entries, clock anomalies (IOPS runs) | {} , {} |",
-        e.stale, e.clock
+    row(
+        "dropped requests, map full (IOPS runs / scrape phase)",
+        format!("{} / {}", e.dropped, s.dropped),
     );
-    let _ = writeln!(
-        o,
-        "| requests recorded / completed on the bench device(s) | {:.0} / {} |",
-        res.obs_recorded, res.obs_disk_completions
+    row(
+        "stale entries, clock anomalies (IOPS runs)",
+        format!("{} , {}", e.stale, e.clock),
     );
-    let _ = writeln!(
-        o,
-        "| program runs skipped by the kernel (recursion_misses), IOPS runs | {} |",
-        res.misses.get(&Config::Observer).copied().unwrap_or(0)
+    row(
+        "requests recorded / completed on the bench device(s)",
+        format!("{:.0} / {}", res.obs_recorded, res.obs_disk_completions),
+    );
+    row(
+        "program runs skipped by the kernel (recursion_misses), IOPS runs",
+        res.misses
+            .get(&Config::Observer)
+            .copied()
+            .unwrap_or(0)
+            .to_string(),
     );
 }
 
