@@ -1,8 +1,8 @@
 //! `block_rq_complete(struct request *rq, blk_status_t error, unsigned int nr_bytes)`: a
 //! (partial) completion (blk_update_request). Aggregates a request's final completion into its
 //! per-CPU histograms and reports it if slow. It has taken the request first since 4.13 at the
-//! latest (4.10: `(q, rq, nr_bytes)`), older than any kernel with BTF: the `_q` pair is declared like
-//! every handler's but never chosen.
+//! latest (4.10: `(q, rq, nr_bytes)`), older than any kernel with BTF: the `_q` pair is
+//! declared like every handler's but never chosen.
 use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
     class::OP_MASK,
