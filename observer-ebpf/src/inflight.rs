@@ -98,7 +98,8 @@ pub fn lost(dev: u32, class: u16) {
     }
 }
 
-/// The live entry of a request, if any (free entries are kept for reuse, see [`Inflight::is_live`]).
+/// The live entry of a request, if any (free entries are kept for reuse, see
+/// [`Inflight::is_live`]).
 #[inline(always)]
 pub fn live(rq: u64) -> Option<&'static mut Inflight> {
     let p = INFLIGHT.get_ptr_mut(&rq)?;

@@ -1,6 +1,7 @@
 //! Shared by the three eBPF objects (`observer`, `floor`, `costs`): reading kernel structs
-//! through the BTF-derived `LAYOUT` ([`layout_global!`]), writing map values without `memset`/`memcpy`, the
-//! `tp_btf`/`raw_tp` program pair macro, and the one panic handler and license.
+//! through the BTF-derived `LAYOUT` ([`layout_global!`]), writing map values without
+//! `memset`/`memcpy`, the `tp_btf`/`raw_tp` program pair macro, and the one panic handler and
+//! license.
 //!
 //! Maps are not declared here: each object declares its own, so the empty `floor` programs
 //! carry no map the daemon's programs use.
