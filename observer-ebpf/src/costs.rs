@@ -4,9 +4,9 @@
 //! bpf_stats' own clock reads included) to get the block's net cost. Not used by the daemon.
 //!
 //! The blocks mirror the observer's programs (src/probes/): reads through
-//! `bpf_probe_read_kernel` versus direct (BTF-typed) loads, the `INFLIGHT` hash map keyed by request pointer (insert, lookup
-//! hit, delete; run in that order on the same request), the per-CPU `CLASS_STATS` lookup, three
-//! histogram updates, a per-CPU counter, and the clock.
+//! `bpf_probe_read_kernel` versus direct (BTF-typed) loads, the `INFLIGHT` hash map keyed by
+//! request pointer (insert, lookup hit, delete; run in that order on the same request), the
+//! per-CPU `CLASS_STATS` lookup, three histogram updates, a per-CPU counter, and the clock.
 #![no_std]
 #![no_main]
 
