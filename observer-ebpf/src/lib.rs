@@ -12,13 +12,14 @@ pub mod store;
 
 pub use kernel::{arg, layout, read};
 
-/// Declares one handler's entry pair for one argument layout: a `tp_btf` program (preferred)
-/// and a `raw_tp` fallback, both calling `$handler(&ctx, $i)`, where `$i` is the index of the
-/// request (or bio) among the tracepoint's arguments. Each handler uses it twice: `$i` = 0
-/// (Linux ≥ 5.11) and the queue-first layout of older kernels.
+/// `programs!(handler => "tracepoint", btf_name, raw_name, i)` declares one handler's entry pair
+/// for one argument layout: a `tp_btf` program (preferred) and a `raw_tp` fallback, both calling
+/// `handler(&ctx, i)`, where `i` is the index of the request (or bio) among the tracepoint's
+/// arguments. Each handler uses it twice: `i` = 0 (Linux ≥ 5.11) and the queue-first layout of
+/// older kernels.
 #[macro_export]
 macro_rules! programs {
-    ($tp:literal, $handler:ident, $btf:ident, $raw:ident, $i:literal) => {
+    ($handler:ident => $tp:literal, $btf:ident, $raw:ident, $i:literal) => {
         #[aya_ebpf::macros::btf_tracepoint(function = $tp)]
         pub fn $btf(c: aya_ebpf::programs::BtfTracePointContext) -> i32 {
             $handler(&c, $i);

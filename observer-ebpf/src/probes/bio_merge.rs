@@ -16,31 +16,7 @@ fn on_bio_merge(c: &impl EbpfContext, i: usize) {
     }
 }
 
-programs!(
-    "block_bio_backmerge",
-    on_bio_merge,
-    bio_backmerge,
-    bio_backmerge_raw,
-    0
-);
-programs!(
-    "block_bio_backmerge",
-    on_bio_merge,
-    bio_backmerge_q,
-    bio_backmerge_q_raw,
-    2
-);
-programs!(
-    "block_bio_frontmerge",
-    on_bio_merge,
-    bio_frontmerge,
-    bio_frontmerge_raw,
-    0
-);
-programs!(
-    "block_bio_frontmerge",
-    on_bio_merge,
-    bio_frontmerge_q,
-    bio_frontmerge_q_raw,
-    2
-);
+programs!(on_bio_merge => "block_bio_backmerge", bio_backmerge, bio_backmerge_raw, 0);
+programs!(on_bio_merge => "block_bio_backmerge", bio_backmerge_q, bio_backmerge_q_raw, 2);
+programs!(on_bio_merge => "block_bio_frontmerge", bio_frontmerge, bio_frontmerge_raw, 0);
+programs!(on_bio_merge => "block_bio_frontmerge", bio_frontmerge_q, bio_frontmerge_q_raw, 2);

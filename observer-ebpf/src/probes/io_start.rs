@@ -14,5 +14,5 @@ fn on_io_start(c: &impl EbpfContext, i: usize) {
     enter(rq, unsafe { bpf_ktime_get_ns() }, 0, true, &layout());
 }
 
-programs!("block_io_start", on_io_start, io_start, io_start_raw, 0);
-programs!("block_io_start", on_io_start, io_start_q, io_start_q_raw, 1);
+programs!(on_io_start => "block_io_start", io_start, io_start_raw, 0);
+programs!(on_io_start => "block_io_start", io_start_q, io_start_q_raw, 1);

@@ -25,8 +25,8 @@ use crate::{
 
 /// Argument `i` is the request, then the error and the bytes completed.
 #[inline(always)]
-fn entry(c: &impl EbpfContext, i: usize) {
-    on_complete(
+fn on_complete(c: &impl EbpfContext, i: usize) {
+    complete(
         arg(c, i),
         arg(c, i + 1) as u32 as u64,
         arg(c, i + 2) as u32 as u64,
@@ -41,7 +41,7 @@ struct Latency {
 }
 
 #[inline(always)]
-fn on_complete(rq: u64, error: u64, nr_bytes: u64) {
+fn complete(rq: u64, error: u64, nr_bytes: u64) {
     let now = unsafe { bpf_ktime_get_ns() };
     let l = layout();
     let data_len: u32 = read(rq, l.rq_data_len);
@@ -201,11 +201,5 @@ fn slow(class: u16, lat: &Latency) -> bool {
         || over(lat.total, t[Stage::Total as usize])
 }
 
-programs!("block_rq_complete", entry, rq_complete, rq_complete_raw, 0);
-programs!(
-    "block_rq_complete",
-    entry,
-    rq_complete_q,
-    rq_complete_q_raw,
-    1
-);
+programs!(on_complete => "block_rq_complete", rq_complete, rq_complete_raw, 0);
+programs!(on_complete => "block_rq_complete", rq_complete_q, rq_complete_q_raw, 1);

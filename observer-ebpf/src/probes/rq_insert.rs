@@ -14,11 +14,5 @@ fn on_insert(c: &impl EbpfContext, i: usize) {
     }
 }
 
-programs!("block_rq_insert", on_insert, rq_insert, rq_insert_raw, 0);
-programs!(
-    "block_rq_insert",
-    on_insert,
-    rq_insert_q,
-    rq_insert_q_raw,
-    1
-);
+programs!(on_insert => "block_rq_insert", rq_insert, rq_insert_raw, 0);
+programs!(on_insert => "block_rq_insert", rq_insert_q, rq_insert_q_raw, 1);

@@ -63,5 +63,5 @@ fn redispatch(e: &mut Inflight, now: u64) -> bool {
     false
 }
 
-programs!("block_rq_issue", on_issue, rq_issue, rq_issue_raw, 0);
-programs!("block_rq_issue", on_issue, rq_issue_q, rq_issue_q_raw, 1);
+programs!(on_issue => "block_rq_issue", rq_issue, rq_issue_raw, 0);
+programs!(on_issue => "block_rq_issue", rq_issue_q, rq_issue_q_raw, 1);

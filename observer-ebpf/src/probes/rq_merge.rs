@@ -28,5 +28,5 @@ fn on_rq_merge(c: &impl EbpfContext, i: usize) {
     }
 }
 
-programs!("block_rq_merge", on_rq_merge, rq_merge, rq_merge_raw, 0);
-programs!("block_rq_merge", on_rq_merge, rq_merge_q, rq_merge_q_raw, 1);
+programs!(on_rq_merge => "block_rq_merge", rq_merge, rq_merge_raw, 0);
+programs!(on_rq_merge => "block_rq_merge", rq_merge_q, rq_merge_q_raw, 1);

@@ -13,17 +13,5 @@ fn on_requeue(c: &impl EbpfContext, i: usize) {
     }
 }
 
-programs!(
-    "block_rq_requeue",
-    on_requeue,
-    rq_requeue,
-    rq_requeue_raw,
-    0
-);
-programs!(
-    "block_rq_requeue",
-    on_requeue,
-    rq_requeue_q,
-    rq_requeue_q_raw,
-    1
-);
+programs!(on_requeue => "block_rq_requeue", rq_requeue, rq_requeue_raw, 0);
+programs!(on_requeue => "block_rq_requeue", rq_requeue_q, rq_requeue_q_raw, 1);
