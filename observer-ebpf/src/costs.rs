@@ -3,10 +3,10 @@
 //! gives each block's ns per run. Subtract the empty programs' (the fixed per-program cost,
 //! bpf_stats' own clock reads included) to get the block's net cost. Not used by the daemon.
 //!
-//! The blocks mirror observer-ebpf/src/main.rs: reads through `bpf_probe_read_kernel` versus
-//! direct (BTF-typed) loads, the `INFLIGHT` hash map keyed by request pointer (insert, lookup
-//! hit, delete; run in that order on the same request), the per-CPU `CLASS_STATS` lookup, three
-//! histogram updates, a per-CPU counter, and the clock.
+//! The blocks mirror the observer's programs (src/probes/): reads through
+//! `bpf_probe_read_kernel` versus direct (BTF-typed) loads, the `INFLIGHT` hash map keyed by
+//! request pointer (insert, lookup hit, delete; run in that order on the same request), the
+//! per-CPU `CLASS_STATS` lookup, three histogram updates, a per-CPU counter, and the clock.
 #![no_std]
 #![no_main]
 
@@ -18,15 +18,11 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
     EbpfContext,
 };
-use observer_common::{
-    hist::{bucket_index, NBUCKETS},
-    layout::KernelLayout,
-    maps::{mkdev, ClassKey, ClassStats, Inflight, StageHist, INFLIGHT_DEFAULT_ENTRIES},
-};
+use observer_common::maps::{mkdev, ClassKey, ClassStats, Inflight, INFLIGHT_DEFAULT_ENTRIES};
+use observer_ebpf::store::{entry, observe};
 
-/// Filled by the loader from kernel BTF, as the daemon does.
-#[no_mangle]
-static LAYOUT: KernelLayout = KernelLayout::ZERO;
+// Filled by the loader from kernel BTF, as the daemon does.
+observer_ebpf::layout_global!();
 
 #[map]
 static C_INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(INFLIGHT_DEFAULT_ENTRIES, 0);
@@ -95,7 +91,10 @@ pub fn c04_pread_5(c: BtfTracePointContext) -> i32 {
     let f: u32 = pread(r, field(&LAYOUT.rq_cmd_flags));
     let q: u64 = pread(r, field(&LAYOUT.rq_q));
     let d: u64 = pread(q, field(&LAYOUT.q_disk));
-    let dev = mkdev(pread(d, field(&LAYOUT.disk_major)), pread(d, field(&LAYOUT.disk_first_minor)));
+    let dev = mkdev(
+        pread(d, field(&LAYOUT.disk_major)),
+        pread(d, field(&LAYOUT.disk_first_minor)),
+    );
     sink(f as u64 + dev as u64)
 }
 
@@ -106,14 +105,22 @@ pub fn c05_direct_5(c: BtfTracePointContext) -> i32 {
     let f: u32 = direct(r, field(&LAYOUT.rq_cmd_flags));
     let q: u64 = direct(r, field(&LAYOUT.rq_q));
     let d: u64 = direct(q, field(&LAYOUT.q_disk));
-    let dev = mkdev(direct(d, field(&LAYOUT.disk_major)), direct(d, field(&LAYOUT.disk_first_minor)));
+    let dev = mkdev(
+        direct(d, field(&LAYOUT.disk_major)),
+        direct(d, field(&LAYOUT.disk_first_minor)),
+    );
     sink(f as u64 + dev as u64)
 }
 
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn c06_hash_insert(c: BtfTracePointContext) -> i32 {
     let r = rq(&c);
-    let e = Inflight { enter_ns: r, dev: 1, class: 2, ..Default::default() };
+    let e = Inflight {
+        enter_ns: r,
+        dev: 1,
+        class: 2,
+        ..Default::default()
+    };
     let _ = C_INFLIGHT.insert(&r, &e, BPF_ANY as u64);
     0
 }
@@ -135,13 +142,15 @@ pub fn c08_hash_delete(c: BtfTracePointContext) -> i32 {
 
 #[inline(always)]
 fn stats(dev: u32, class: u16) -> Option<*mut ClassStats> {
-    let key = ClassKey { dev, class, _pad: 0 };
-    if let Some(p) = C_STATS.get_ptr_mut(&key) {
-        return Some(p);
-    }
-    let zero = C_ZERO.get_ptr(0)?;
-    let _ = C_STATS.insert(&key, unsafe { &*zero }, 0);
-    C_STATS.get_ptr_mut(&key)
+    entry(
+        &C_STATS,
+        &ClassKey {
+            dev,
+            class,
+            _pad: 0,
+        },
+        &C_ZERO,
+    )
 }
 
 /// The per-CPU (dev, class) lookup of `stats()` (a hit after the first request).
@@ -151,16 +160,6 @@ pub fn c09_pcpu_lookup(_c: BtfTracePointContext) -> i32 {
         unsafe { (*s).requests += 1 };
     }
     0
-}
-
-#[inline(always)]
-fn observe(h: &mut StageHist, ns: u64) {
-    let mut i = bucket_index(ns);
-    if i >= NBUCKETS {
-        i = NBUCKETS - 1;
-    }
-    h.buckets[i] += 1;
-    h.sum_ns += ns;
 }
 
 /// The same lookup plus what `on_complete` does with the entry: counters, three histograms.
@@ -194,13 +193,3 @@ pub fn c11_counter(_c: BtfTracePointContext) -> i32 {
 pub fn c12_empty_last(_c: BtfTracePointContext) -> i32 {
     0
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[no_mangle]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -4,7 +4,9 @@
 #![no_std]
 #![no_main]
 
+// The panic handler and license.
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+use observer_ebpf as _;
 
 macro_rules! empty {
     ($($name:ident = $tp:literal),* $(,)?) => {$(
@@ -26,13 +28,3 @@ empty!(
     f_bio_back = "block_bio_backmerge",
     f_bio_front = "block_bio_frontmerge",
 );
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[no_mangle]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

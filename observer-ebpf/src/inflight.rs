@@ -1,0 +1,121 @@
+//! The `INFLIGHT` entry of a request: created when it enters, found by later tracepoints,
+//! freed (kept in the map for the next request on the same struct) when it completes.
+use core::ptr::addr_of_mut;
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
+};
+use observer_common::{
+    class::classify,
+    layout::KernelLayout,
+    maps::{Counter, Inflight},
+};
+use observer_ebpf::{
+    kernel::{original_flags, read, rq_dev},
+    store::{fill, put},
+};
+
+use crate::maps::{count, log_class, stats, INFLIGHT, ZERO_INFLIGHT};
+
+/// Starts tracking a request that entered the block layer, with its original cmd_flags.
+///
+/// An existing entry for the same `struct request *` means the struct was freed and reused
+/// since we saw it enter: its completion never reached `block_rq_complete` here. With
+/// `replace`, that request is counted as completed with its latency lost, and replaced.
+#[inline(always)]
+pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayout) {
+    let mut enter_ns = now;
+    if l.enter_fallback != 0 {
+        // Seen late (insert, issue or completion; kernels before 6.5 have no block_io_start):
+        // the kernel's own allocation time is the entry.
+        let start: u64 = read(rq, l.rq_start_time_ns);
+        if start != 0 && start <= now {
+            enter_ns = start;
+        }
+    }
+    let Some(e) = slot(rq, replace) else { return };
+    let dev = rq_dev(rq, l);
+    let sector: u64 = read(rq, l.rq_sector);
+    let class = classify(original_flags(rq, l), l) | log_class(dev, sector);
+    unsafe {
+        fill(
+            e,
+            enter_ns,
+            dispatch_ns,
+            dev,
+            class,
+            sector,
+            read(rq, l.rq_data_len),
+        );
+        // The submitting task: block_io_start runs in its context (never in an interrupt).
+        put(
+            addr_of_mut!((*e).pid),
+            (bpf_get_current_pid_tgid() >> 32) as u32,
+        );
+        put(addr_of_mut!((*e).cgroup), bpf_get_current_cgroup_id());
+        // Writes all 16 bytes (zeros on failure).
+        aya_ebpf::helpers::generated::bpf_get_current_comm(addr_of_mut!((*e).comm) as *mut _, 16);
+    }
+}
+
+/// The `INFLIGHT` entry of `rq` to fill: its existing entry (kept for reuse), or a new one
+/// inserted for it. A live existing entry means the struct was freed and reused since we saw it
+/// enter: its completion never reached block_rq_complete here. With `replace`, that request is
+/// counted as completed with its latency lost and the entry is returned; without, `None`.
+#[inline(always)]
+pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
+    if let Some(p) = INFLIGHT.get_ptr_mut(&rq) {
+        let old = unsafe { &*p };
+        if old.is_live() {
+            if !replace {
+                return None;
+            }
+            lost(old.dev, old.class);
+        }
+        return Some(p);
+    }
+    // A new key: insert the (zeroed, unused) scratch entry, then fill the map's copy in place.
+    let zero = ZERO_INFLIGHT.get_ptr(0)?;
+    match INFLIGHT.insert(&rq, unsafe { &*zero }, BPF_NOEXIST as u64) {
+        Ok(()) | Err(-17) => {}
+        Err(_) => {
+            count(Counter::InflightFull);
+            return None;
+        }
+    }
+    INFLIGHT.get_ptr_mut(&rq)
+}
+
+/// A request that completed without its completion reaching us: counted, no latency.
+#[inline(always)]
+pub fn lost(dev: u32, class: u16) {
+    if let Some(s) = stats(dev, class) {
+        unsafe {
+            (*s).requests += 1;
+            (*s).lost += 1;
+        }
+    }
+}
+
+/// The live entry of a request, if any (free entries are kept for reuse, see
+/// [`Inflight::is_live`]).
+#[inline(always)]
+pub fn live(rq: u64) -> Option<&'static mut Inflight> {
+    let p = INFLIGHT.get_ptr_mut(&rq)?;
+    let e = unsafe { &mut *p };
+    if e.is_live() {
+        Some(e)
+    } else {
+        None
+    }
+}
+
+/// Marks an entry free (kept in the map for the next request on the same struct).
+#[inline(always)]
+pub fn free(e: &mut Inflight) {
+    unsafe {
+        put(&mut e.enter_ns, 0);
+        put(&mut e.dispatch_ns, 0);
+    }
+}

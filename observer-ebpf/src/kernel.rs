@@ -1,0 +1,134 @@
+//! Reading the kernel's block-layer structs. Offsets and enum values come from the read-only
+//! global [`LAYOUT`], which the loader fills from kernel BTF; each compatibility branch below
+//! names the kernel change that made it necessary.
+use aya_ebpf::{helpers::bpf_probe_read_kernel, EbpfContext};
+pub use observer_common::layout::KernelLayout;
+use observer_common::maps::mkdev;
+
+extern "C" {
+    /// Defined by each object that reads kernel structs, with [`crate::layout_global!`] (so the
+    /// empty `floor` programs carry no `.rodata`).
+    static LAYOUT: KernelLayout;
+}
+
+/// Defines `LAYOUT`, the kernel's struct offsets and enum values: filled by the loader from
+/// kernel BTF before load (`.rodata`: the verifier treats it as constant).
+#[macro_export]
+macro_rules! layout_global {
+    () => {
+        #[no_mangle]
+        static LAYOUT: $crate::kernel::KernelLayout = $crate::kernel::KernelLayout::ZERO;
+    };
+}
+
+#[inline(always)]
+pub fn layout() -> KernelLayout {
+    // Volatile: the value is patched into the object after compilation.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(LAYOUT)) }
+}
+
+/// Reads a kernel struct field at `base + off`. In tp_btf programs (`direct_loads`) a plain
+/// load, which the verifier checks against BTF and turns into a fault-safe load; in raw_tp
+/// programs `bpf_probe_read_kernel`. The flag is a read-only global, so the verifier only sees
+/// the branch the program really takes. 0 (or the default) if the read fails.
+#[inline(always)]
+pub fn read<T: Default + Copy>(base: u64, off: u32) -> T {
+    let direct = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(LAYOUT.direct_loads)) };
+    let p = (base + off as u64) as *const T;
+    if direct != 0 {
+        unsafe { core::ptr::read_volatile(p) }
+    } else {
+        unsafe { bpf_probe_read_kernel(p).unwrap_or_default() }
+    }
+}
+
+/// Tracepoint argument `n` (raw and BTF tracepoints both get an array of u64).
+#[inline(always)]
+pub fn arg(ctx: &impl EbpfContext, n: usize) -> u64 {
+    unsafe { *(ctx.as_ptr() as *const u64).add(n) }
+}
+
+/// The disk of a `struct gendisk *`, as `mkdev(major, first_minor)`.
+#[inline(always)]
+fn disk_dev(disk: u64, l: &KernelLayout) -> u32 {
+    mkdev(
+        read::<u32>(disk, l.disk_major),
+        read::<u32>(disk, l.disk_first_minor),
+    )
+}
+
+/// The disk of a request; partitions count for their whole disk. `rq->rq_disk` until
+/// f3fa33acca9f ("block: remove the ->rq_disk field in struct request", 5.16), `rq->q->disk`
+/// since.
+#[inline(always)]
+pub fn rq_dev(rq: u64, l: &KernelLayout) -> u32 {
+    let disk: u64 = if l.rq_disk != 0 {
+        read(rq, l.rq_disk)
+    } else {
+        let q: u64 = read(rq, l.rq_q);
+        read(q, l.q_disk)
+    };
+    disk_dev(disk, l)
+}
+
+/// The disk of a bio: `bio->bi_disk` until 309dca309fc3 ("block: store a block_device pointer
+/// in struct bio", 5.12), `bio->bi_bdev->bd_disk` since.
+#[inline(always)]
+pub fn bio_dev(bio: u64, l: &KernelLayout) -> u32 {
+    let disk: u64 = if l.bio_disk != 0 {
+        read(bio, l.bio_disk)
+    } else {
+        let bdev: u64 = read(bio, l.bio_bdev);
+        read(bdev, l.bdev_disk)
+    };
+    disk_dev(disk, l)
+}
+
+/// Whether the request is inside a flush sequence (block/blk-flush.c): RQF_FLUSH_SEQ where BTF
+/// names it (`__RQF_FLUSH_SEQ`, an enumerator since 6.9; a `#define` in
+/// include/linux/blk-mq.h before, invisible to BTF), else `rq->end_io`, which blk-flush.c sets
+/// to mq_flush_data_end_io for exactly that span (the flush request's own end_io,
+/// flush_end_io, is set too).
+#[inline(always)]
+pub fn in_flush_seq(rq: u64, l: &KernelLayout) -> bool {
+    if l.rqf_flush_seq != 0 {
+        read::<u32>(rq, l.rq_rq_flags) & l.rqf_flush_seq != 0
+    } else {
+        read::<u64>(rq, l.rq_end_io) != 0
+    }
+}
+
+/// Whether the request is the shared per-hctx flush request (block/blk-flush.c).
+#[inline(always)]
+pub fn is_flush(rq: u64, l: &KernelLayout) -> bool {
+    read::<u32>(rq, l.rq_cmd_flags) & l.op_mask == l.op_flush
+}
+
+/// The request's original cmd_flags. At block_io_start that is `rq->cmd_flags`; kernels
+/// before 5a80bd075f3b (6.5, which added block_io_start) see the request later, after
+/// blk-flush.c may have stripped PREFLUSH/FUA from the request, but not from its first bio.
+#[inline(always)]
+pub fn original_flags(rq: u64, l: &KernelLayout) -> u32 {
+    if l.enter_fallback != 0 {
+        let bio: u64 = read(rq, l.rq_bio);
+        if bio != 0 {
+            return read(bio, l.bio_opf);
+        }
+    }
+    read(rq, l.rq_cmd_flags)
+}
+
+/// Bios in a request minus one: bio merges into it (block/blk-merge.c), capped at 63.
+#[inline(always)]
+pub fn bio_merges(rq: u64, l: &KernelLayout) -> u32 {
+    let mut bio: u64 = read(rq, l.rq_bio);
+    let mut n = 0u32;
+    for _ in 0..64 {
+        if bio == 0 {
+            break;
+        }
+        n += 1;
+        bio = read(bio, l.bio_next);
+    }
+    n.saturating_sub(1)
+}

@@ -1,0 +1,44 @@
+//! Shared by the three eBPF objects (`observer`, `floor`, `costs`): reading kernel structs
+//! through the BTF-derived `LAYOUT` ([`layout_global!`]), writing map values without
+//! `memset`/`memcpy`, the `tp_btf`/`raw_tp` program pair macro, and the one panic handler and
+//! license.
+//!
+//! Maps are not declared here: each object declares its own, so the empty `floor` programs
+//! carry no map the daemon's programs use.
+#![no_std]
+
+pub mod kernel;
+pub mod store;
+
+pub use kernel::{arg, layout, read};
+
+/// `programs!(handler => "tracepoint", btf_name, raw_name, i)` declares one handler's entry pair
+/// for one argument layout: a `tp_btf` program (preferred) and a `raw_tp` fallback, both calling
+/// `handler(&ctx, i)`, where `i` is the index of the request (or bio) among the tracepoint's
+/// arguments. Each handler uses it twice: `i` = 0 (Linux ≥ 5.11) and the queue-first layout of
+/// older kernels.
+#[macro_export]
+macro_rules! programs {
+    ($handler:ident => $tp:literal, $btf:ident, $raw:ident, $i:literal) => {
+        #[aya_ebpf::macros::btf_tracepoint(function = $tp)]
+        pub fn $btf(c: aya_ebpf::programs::BtfTracePointContext) -> i32 {
+            $handler(&c, $i);
+            0
+        }
+        #[aya_ebpf::macros::raw_tracepoint(tracepoint = $tp)]
+        pub fn $raw(c: aya_ebpf::programs::RawTracePointContext) -> i32 {
+            $handler(&c, $i);
+            0
+        }
+    };
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[no_mangle]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,100 @@
+//! The observer's maps (read by the daemon by name) and their small accessors.
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+};
+use observer_common::maps::{
+    dev_slot, ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges, Settings,
+    DEV_SLOTS, EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES,
+};
+use observer_ebpf::store::entry;
+
+#[map]
+pub static INFLIGHT: HashMap<u64, Inflight> =
+    HashMap::with_max_entries(INFLIGHT_DEFAULT_ENTRIES, 0);
+/// Capacity is set by the daemon before load (memory budget / CPUs).
+#[map]
+static CLASS_STATS: PerCpuHashMap<ClassKey, ClassStats> = PerCpuHashMap::with_max_entries(256, 0);
+#[map]
+static ERRORS: PerCpuHashMap<ErrorKey, u64> = PerCpuHashMap::with_max_entries(1024, 0);
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
+/// Slow thresholds and stall threshold, written by the daemon.
+#[map]
+pub static SETTINGS: Array<Settings> = Array::with_max_entries(1, 0);
+#[map]
+pub static DEVSTATE: Array<DevState> = Array::with_max_entries(DEV_SLOTS, 0);
+/// Slow requests and stall episodes: the only per-event traffic to userspace, and only for
+/// requests over a threshold.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
+/// One all-zero `Inflight`: what a new `INFLIGHT` key is inserted with, before being filled in
+/// place (no large struct is built on the stack or copied).
+#[map]
+pub static ZERO_INFLIGHT: PerCpuArray<Inflight> = PerCpuArray::with_max_entries(1, 0);
+/// One all-zero `ClassStats`: the template for new `CLASS_STATS` entries (too big for the stack).
+#[map]
+static ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
+/// Filesystem log ranges per disk, written by the daemon (observer/src/fslog.rs).
+#[map]
+static LOG_RANGES: Array<LogRanges> = Array::with_max_entries(DEV_SLOTS, 0);
+
+#[inline(always)]
+pub fn count(c: Counter) {
+    if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {
+        unsafe { *p += 1 };
+    }
+}
+
+/// Stats entry of (dev, class), created on first use.
+#[inline(always)]
+pub fn stats(dev: u32, class: u16) -> Option<*mut ClassStats> {
+    let p = entry(
+        &CLASS_STATS,
+        &ClassKey {
+            dev,
+            class,
+            _pad: 0,
+        },
+        &ZERO,
+    );
+    if p.is_none() {
+        count(Counter::StatsFull);
+    }
+    p
+}
+
+#[inline(always)]
+pub fn error_seen(dev: u32, class: u16, status: u64) {
+    let key = ErrorKey {
+        dev,
+        class,
+        status: status as u8,
+        _pad: 0,
+    };
+    match ERRORS.get_ptr_mut(&key) {
+        Some(p) => unsafe { *p += 1 },
+        None => {
+            let _ = ERRORS.insert(&key, &1, BPF_NOEXIST as u64);
+        }
+    }
+}
+
+/// [`observer_common::class::LOG`] if the request starts inside a filesystem log range of its
+/// disk, else 0. One array lookup (inlined by the verifier).
+#[inline(always)]
+pub fn log_class(dev: u32, sector: u64) -> u16 {
+    match LOG_RANGES.get(dev_slot(dev)) {
+        Some(r) if r.dev == dev && r.contains(sector) => observer_common::class::LOG,
+        _ => 0,
+    }
+}
+
+/// Sends a slow-request or stall event to the daemon; counted when the ring buffer is full.
+#[inline(always)]
+pub fn emit<T: 'static>(ev: &T) {
+    if EVENTS.output::<T>(ev, 0).is_err() {
+        count(Counter::EventsDropped);
+    }
+}

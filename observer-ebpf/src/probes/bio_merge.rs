@@ -1,0 +1,22 @@
+//! `block_bio_backmerge(struct bio *bio)` and `block_bio_frontmerge(struct bio *bio)`: a bio
+//! merged into an existing request. Before 5.11: `(q, rq, bio)`, the bio third.
+use aya_ebpf::EbpfContext;
+use observer_common::class::classify;
+use observer_ebpf::{arg, kernel::bio_dev, layout, programs, read};
+
+use crate::maps::stats;
+
+#[inline(always)]
+fn on_bio_merge(c: &impl EbpfContext, i: usize) {
+    let bio = arg(c, i);
+    let l = layout();
+    let dev = bio_dev(bio, &l);
+    if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), &l)) {
+        unsafe { (*s).merges += 1 };
+    }
+}
+
+programs!(on_bio_merge => "block_bio_backmerge", bio_backmerge, bio_backmerge_raw, 0);
+programs!(on_bio_merge => "block_bio_backmerge", bio_backmerge_q, bio_backmerge_q_raw, 2);
+programs!(on_bio_merge => "block_bio_frontmerge", bio_frontmerge, bio_frontmerge_raw, 0);
+programs!(on_bio_merge => "block_bio_frontmerge", bio_frontmerge_q, bio_frontmerge_q_raw, 2);

@@ -1,0 +1,205 @@
+//! `block_rq_complete(struct request *rq, blk_status_t error, unsigned int nr_bytes)`: a
+//! (partial) completion (blk_update_request). Aggregates a request's final completion into its
+//! per-CPU histograms and reports it if slow. It has taken the request first since 4.13 at the
+//! latest (4.10: `(q, rq, nr_bytes)`), older than any kernel with BTF: the `_q` pair is
+//! declared like every handler's but never chosen.
+use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
+use observer_common::{
+    class::OP_MASK,
+    layout::KernelLayout,
+    maps::{ClassStats, Counter, Inflight, SlowEvent, EVENT_SLOW},
+    Stage,
+};
+use observer_ebpf::{
+    arg,
+    kernel::{bio_merges, in_flush_seq, is_flush, rq_dev},
+    layout, programs, read,
+    store::observe,
+};
+
+use crate::{
+    inflight::{enter, free, live},
+    maps::{count, emit, error_seen, stats, SETTINGS},
+    stall,
+};
+
+/// Argument `i` is the request, then the error and the bytes completed.
+#[inline(always)]
+fn on_complete(c: &impl EbpfContext, i: usize) {
+    complete(
+        arg(c, i),
+        arg(c, i + 1) as u32 as u64,
+        arg(c, i + 2) as u32 as u64,
+    );
+}
+
+/// A request's stages, in ns.
+struct Latency {
+    queue: u64,
+    device: u64,
+    total: u64,
+}
+
+#[inline(always)]
+fn complete(rq: u64, error: u64, nr_bytes: u64) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    let l = layout();
+    let data_len: u32 = read(rq, l.rq_data_len);
+    // The flush request completes once (it carries RQF_FLUSH_SEQ itself). A data request is
+    // final unless more bytes remain, or it is inside a flush sequence (its data part completes
+    // once with RQF_FLUSH_SEQ set, then again with 0 bytes when the post-flush is done).
+    let data_final = !in_flush_seq(rq, &l) && nr_bytes >= data_len as u64;
+    let Some(e) = tracked(rq, now, data_final, error, &l) else {
+        return;
+    };
+    e.bytes += nr_bytes;
+    if !(data_final || e.enter_ns == 0) {
+        return;
+    }
+    let copy = *e;
+    free(e);
+    let e = copy;
+    if error != 0 {
+        error_seen(e.dev, e.class, error);
+    }
+    let Some(s) = stats(e.dev, e.class) else {
+        return;
+    };
+    let s = unsafe { &mut *s };
+    s.requests += 1;
+    s.bytes += e.bytes;
+    s.requeues += e.requeues as u64;
+    if (e.dispatch_ns != 0 && (e.dispatch_ns < e.enter_ns || now < e.dispatch_ns))
+        || now < e.enter_ns
+    {
+        count(Counter::ClockAnomalies);
+        return;
+    }
+    s.last_complete_ns = now;
+    if e.dispatch_ns != 0 {
+        stall::completed(e.dev, e.class, e.dispatch_ns, now);
+    }
+    let lat = latency(&e, now);
+    record(s, &e, &lat);
+    if slow(e.class, &lat) {
+        s.slow += 1;
+        let merges = bio_merges(rq, &l);
+        emit(&SlowEvent {
+            kind: EVENT_SLOW,
+            dev: e.dev,
+            req: e,
+            complete_ns: now,
+            merges,
+            status: error as u32,
+        });
+    }
+}
+
+/// The live entry of a completing request. Without one, a final completion (or the flush
+/// request's) is counted as untracked, with its error if any.
+#[inline(always)]
+fn tracked(
+    rq: u64,
+    now: u64,
+    data_final: bool,
+    error: u64,
+    l: &KernelLayout,
+) -> Option<&'static mut Inflight> {
+    if let Some(e) = live(rq) {
+        return Some(e);
+    }
+    if let Some(e) = never_dispatched(rq, now, data_final, l) {
+        return Some(e);
+    }
+    if data_final || is_flush(rq, l) {
+        count(Counter::UntrackedCompletions);
+        if error != 0 {
+            error_seen(rq_dev(rq, l), 0, error);
+        }
+    }
+    None
+}
+
+/// On kernels without `block_io_start` (before 6.5), a request that is neither inserted nor
+/// dispatched (a data-less PREFLUSH write, completed by the flush machinery) is first seen at
+/// its final completion: tracked from its `start_time_ns` if that is after the programs were
+/// loaded.
+#[inline(always)]
+fn never_dispatched(
+    rq: u64,
+    now: u64,
+    data_final: bool,
+    l: &KernelLayout,
+) -> Option<&'static mut Inflight> {
+    if l.enter_fallback == 0 || !data_final {
+        return None;
+    }
+    let start: u64 = read(rq, l.rq_start_time_ns);
+    if start == 0 || start < l.loaded_ns || is_flush(rq, l) {
+        return None;
+    }
+    enter(rq, now, 0, true, l);
+    live(rq)
+}
+
+/// The stages of a completed request (timestamps already checked to be in order).
+#[inline(always)]
+fn latency(e: &Inflight, now: u64) -> Latency {
+    if e.enter_ns == 0 {
+        // Internal flush request: no entry point, total = device.
+        let device = now - e.dispatch_ns;
+        Latency {
+            queue: 0,
+            device,
+            total: device,
+        }
+    } else if e.dispatch_ns == 0 {
+        // Never dispatched itself (a data-less PREFLUSH write, completed by the flush
+        // machinery): all of it was waiting, so queue = total.
+        let total = now - e.enter_ns;
+        Latency {
+            queue: total,
+            device: 0,
+            total,
+        }
+    } else {
+        Latency {
+            queue: e.dispatch_ns - e.enter_ns,
+            device: now - e.dispatch_ns,
+            total: now - e.enter_ns,
+        }
+    }
+}
+
+/// Adds a request to its stage histograms: queue if it entered, device if it was dispatched
+/// (or is the flush request), total always.
+#[inline(always)]
+fn record(s: &mut ClassStats, e: &Inflight, lat: &Latency) {
+    if e.enter_ns != 0 {
+        observe(&mut s.stages[Stage::Queue as usize], lat.queue);
+    }
+    if e.enter_ns == 0 || e.dispatch_ns != 0 {
+        observe(&mut s.stages[Stage::Device as usize], lat.device);
+    }
+    observe(&mut s.stages[Stage::Total as usize], lat.total);
+}
+
+/// Whether any stage is over its slow threshold for the request's op.
+#[inline(always)]
+fn slow(class: u16, lat: &Latency) -> bool {
+    let Some(set) = SETTINGS.get(0) else {
+        return false;
+    };
+    let mut op = (class & OP_MASK) as usize;
+    if op >= 6 {
+        op = 5;
+    }
+    let t = &set.slow_ns[op];
+    let over = |v: u64, th: u64| th != 0 && v > th;
+    over(lat.queue, t[Stage::Queue as usize])
+        || over(lat.device, t[Stage::Device as usize])
+        || over(lat.total, t[Stage::Total as usize])
+}
+
+programs!(on_complete => "block_rq_complete", rq_complete, rq_complete_raw, 0);
+programs!(on_complete => "block_rq_complete", rq_complete_q, rq_complete_q_raw, 1);

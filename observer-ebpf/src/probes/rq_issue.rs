@@ -1,0 +1,67 @@
+//! `block_rq_issue(struct request *rq)`: dispatch to the driver (blk_mq_start_request).
+use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
+use observer_common::{
+    class::Op,
+    maps::{Counter, Inflight},
+};
+use observer_ebpf::{
+    arg,
+    kernel::{is_flush, rq_dev},
+    layout, programs,
+    store::fill,
+};
+
+use crate::{
+    inflight::{enter, free, live, lost, slot},
+    maps::count,
+    stall::dispatched,
+};
+
+#[inline(always)]
+fn on_issue(c: &impl EbpfContext, i: usize) {
+    let rq = arg(c, i);
+    let now = unsafe { bpf_ktime_get_ns() };
+    let l = layout();
+    if let Some(e) = live(rq) {
+        if redispatch(e, now) {
+            return;
+        }
+    }
+    if is_flush(rq, &l) {
+        // The shared per-hctx flush request (block/blk-flush.c): never "enters"; device stage only.
+        let Some(e) = slot(rq, true) else { return };
+        let dev = rq_dev(rq, &l);
+        unsafe { fill(e, 0, now, dev, Op::Flush as u16, 0, 0) };
+        dispatched(dev, Op::Flush as u16, 0, now);
+    } else if l.enter_fallback != 0 {
+        // Directly issued without insert on a kernel without block_io_start: queue time is 0.
+        enter(rq, now, now, false, &l);
+    }
+}
+
+/// Dispatch of a tracked request; false if the entry was stale and freed (then the request is
+/// handled as a new one).
+#[inline(always)]
+fn redispatch(e: &mut Inflight, now: u64) -> bool {
+    if e.dispatch_ns == 0 {
+        e.dispatch_ns = now;
+        dispatched(e.dev, e.class, e.enter_ns, now);
+        return true;
+    }
+    if e.requeued != 0 {
+        // Re-dispatch after a requeue: the first dispatch stays (device time includes the
+        // requeue), the requeue was counted.
+        e.requeued = 0;
+        return true;
+    }
+    // Dispatched twice without requeue or completion: the struct was reused after a
+    // completion we missed (typically the shared flush request). Count that request as
+    // completed with its latency lost; never let the stale timestamps produce a latency.
+    count(Counter::StaleEntries);
+    lost(e.dev, e.class);
+    free(e);
+    false
+}
+
+programs!(on_issue => "block_rq_issue", rq_issue, rq_issue_raw, 0);
+programs!(on_issue => "block_rq_issue", rq_issue_q, rq_issue_q_raw, 1);

@@ -1,0 +1,32 @@
+//! `block_rq_merge(struct request *rq)`: `rq` is merged into another request and freed; it is
+//! not an I/O of its own.
+use aya_ebpf::EbpfContext;
+use observer_common::class::classify;
+use observer_ebpf::{arg, kernel::rq_dev, layout, programs, read};
+
+use crate::{
+    inflight::{free, live},
+    maps::stats,
+};
+
+#[inline(always)]
+fn on_rq_merge(c: &impl EbpfContext, i: usize) {
+    let rq = arg(c, i);
+    let (dev, class) = match live(rq) {
+        Some(e) => {
+            let dc = (e.dev, e.class);
+            free(e);
+            dc
+        }
+        None => {
+            let l = layout();
+            (rq_dev(rq, &l), classify(read(rq, l.rq_cmd_flags), &l))
+        }
+    };
+    if let Some(s) = stats(dev, class) {
+        unsafe { (*s).merges += 1 };
+    }
+}
+
+programs!(on_rq_merge => "block_rq_merge", rq_merge, rq_merge_raw, 0);
+programs!(on_rq_merge => "block_rq_merge", rq_merge_q, rq_merge_q_raw, 1);

@@ -1,0 +1,73 @@
+//! `cargo xtask bench` command-line options.
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use super::setup::Config;
+
+/// `cargo xtask bench` options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Rounds; every configuration runs every workload once per round.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: u32,
+    /// Seconds per fio run (after a 1 s ramp).
+    #[arg(long, default_value_t = 10)]
+    pub runtime: u32,
+    /// Loop devices busy while scrape time is measured.
+    #[arg(long, default_value_t = 32)]
+    pub scrape_devices: u32,
+    /// Also bench this block device (e.g. /dev/nvme0n1): random reads only unless --allow-writes.
+    /// Refused when it or a partition of it is mounted, used as swap or held by another device.
+    #[arg(long, value_name = "DEV")]
+    pub device: Option<PathBuf>,
+    /// Allow the random-write workload on --device: DESTROYS ITS DATA.
+    #[arg(long, requires = "device")]
+    pub allow_writes: bool,
+    /// Only these configurations (comma separated): untraced,floor,biolatency,observer.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Short CI version: 1 round, 2 s runs, 2 scrape devices. Exercises everything, proves nothing.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Also measure the building blocks of the observer's programs (probe reads vs direct loads,
+    /// hash insert/lookup/delete, per-CPU lookup, histograms) with `observer-floor --costs`.
+    #[arg(long)]
+    pub costs: bool,
+    /// I/O scheduler for the loop devices. A reused loop device keeps whatever an earlier user
+    /// set, so it is always set; mq-deadline is the kernel's default for loop devices (and what the
+    /// issue's biolatency numbers were taken with: its insert program runs once per request).
+    #[arg(long, default_value = "mq-deadline")]
+    pub scheduler: String,
+    /// Skip `cargo build --release -p observer` (use the binaries in target/release).
+    #[arg(long)]
+    pub no_build: bool,
+}
+
+impl BenchArgs {
+    /// `--smoke`: 1 round, 2 s runs, 2 scrape devices.
+    pub fn apply_smoke(&mut self) {
+        if self.smoke {
+            self.rounds = 1;
+            self.runtime = 2;
+            self.scrape_devices = 2;
+        }
+    }
+
+    /// The configurations to run: `--only`, or all of them.
+    pub fn configs(&self) -> Result<Vec<Config>> {
+        if self.only.is_empty() {
+            return Ok(Config::ALL.to_vec());
+        }
+        let mut v = Vec::new();
+        for o in &self.only {
+            v.push(
+                *Config::ALL
+                    .iter()
+                    .find(|c| c.name() == o)
+                    .with_context(|| format!("unknown configuration {o:?}"))?,
+            );
+        }
+        Ok(v)
+    }
+}
