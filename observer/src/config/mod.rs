@@ -23,6 +23,10 @@
 //! stats_memory_mib = 16              # kernel memory for per-CPU histograms
 //! ```
 
+mod filter;
+
+pub use filter::DeviceFilter;
+
 use std::{net::SocketAddr, path::Path, time::Duration};
 
 use serde::Deserialize;
@@ -76,7 +80,7 @@ pub struct Config {
     /// Exported histogram buckets.
     pub histogram: Histogram,
     /// BPF map sizes.
-    pub maps: Maps,
+    pub maps: MapSizes,
     /// Slow requests and stall episodes.
     pub stalls: Stalls,
 }
@@ -165,7 +169,7 @@ pub struct Histogram {
 /// `[maps]`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
-pub struct Maps {
+pub struct MapSizes {
     /// Capacity of the in-flight request map (requests, all devices).
     pub inflight_entries: u32,
     /// Kernel memory budget (MiB) for the per-CPU (device, class) statistics; the number of
@@ -180,7 +184,7 @@ impl Default for Config {
             host_root: None,
             devices: Devices::default(),
             histogram: Histogram::default(),
-            maps: Maps::default(),
+            maps: MapSizes::default(),
             stalls: Stalls::default(),
         }
     }
@@ -193,7 +197,7 @@ impl Default for Histogram {
     }
 }
 
-impl Default for Maps {
+impl Default for MapSizes {
     fn default() -> Self {
         Self { inflight_entries: observer_common::maps::INFLIGHT_DEFAULT_ENTRIES, stats_memory_mib: 16 }
     }
@@ -300,27 +304,6 @@ fn describe(text: &str, e: &toml::de::Error) -> String {
     }
 }
 
-/// Device include/exclude filter, compiled from [`Devices`].
-#[derive(Clone, Debug, Default)]
-pub struct DeviceFilter {
-    include: Vec<glob::Pattern>,
-    exclude: Vec<glob::Pattern>,
-}
-
-impl DeviceFilter {
-    /// Compiles the patterns (already validated).
-    pub fn new(d: &Devices) -> Self {
-        let compile = |v: &Vec<String>| v.iter().filter_map(|p| glob::Pattern::new(p).ok()).collect();
-        Self { include: compile(&d.include), exclude: compile(&d.exclude) }
-    }
-
-    /// Whether a device (kernel name) is exported.
-    pub fn allows(&self, name: &str) -> bool {
-        (self.include.is_empty() || self.include.iter().any(|p| p.matches(name)))
-            && !self.exclude.iter().any(|p| p.matches(name))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,13 +349,5 @@ mod tests {
         assert!(e.contains("stalls.slow"), "{e}");
         let e = Config::from_toml("[stalls]\nepisode = \"soon\"", "t").unwrap_err().to_string();
         assert!(e.contains("episode"), "{e}");
-    }
-
-    #[test]
-    fn filter() {
-        let f = DeviceFilter::new(&Devices { include: vec!["loop*".into(), "vda".into()], exclude: vec!["loop7".into()] });
-        assert!(f.allows("loop0") && f.allows("vda"));
-        assert!(!f.allows("loop7") && !f.allows("nvme0n1"));
-        assert!(DeviceFilter::default().allows("anything"));
     }
 }

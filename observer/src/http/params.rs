@@ -1,24 +1,17 @@
-//! The JSON/text API: `/stalls`, `/inflight`, `/histograms`, `/openapi.yaml`.
-//! Bad parameters get 400 with `{"error": ..., "parameter": ...}`.
+//! Query parameters of the API endpoints, parsed and checked in one place: `device`, `since`,
+//! `min`, `limit`, `format`. Each endpoint names the ones it accepts; anything else, or a bad
+//! value, gets 400 with `{"error": ..., "parameter": ...}`.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{collections::HashMap, time::Duration};
 
 use axum::{
-    extract::{Query, State},
     http::{header, HeaderMap, StatusCode},
     response::{IntoResponse, Response},
     Json,
 };
 use serde::Serialize;
 
-use crate::{
-    server::AppState,
-    snapshot::Snapshot,
-    stalls::{self, Clock, Filter},
-};
-
-/// The OpenAPI 3 document of the JSON endpoints (checked in as docs/openapi.yaml).
-pub const OPENAPI: &str = include_str!("../../docs/openapi.yaml");
+use crate::time::Clock;
 
 /// A 400 naming the bad parameter.
 #[derive(Debug, Serialize)]
@@ -35,20 +28,28 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn bad(parameter: &str, error: impl Into<String>) -> ApiError {
+/// A 400 for `parameter` with message `error`.
+pub fn bad(parameter: &str, error: impl Into<String>) -> ApiError {
     ApiError { error: error.into(), parameter: parameter.into() }
 }
 
-/// Query parameters shared by the endpoints; each endpoint says which it accepts.
-struct Params {
-    device: Option<String>,
-    since_ns: Option<u64>,
-    min_ns: Option<u64>,
-    limit: Option<usize>,
-    json: Option<bool>,
+/// Query parameters shared by the endpoints, parsed; each endpoint says which it accepts.
+pub struct Params {
+    /// `device`: a kernel device name (1..=64 characters, no `/`).
+    pub device: Option<String>,
+    /// `since`: a duration back from now or a Unix time, as monotonic ns.
+    pub since_ns: Option<u64>,
+    /// `min`: a duration (ns).
+    pub min_ns: Option<u64>,
+    /// `limit`: 1..=100000.
+    pub limit: Option<usize>,
+    /// `format`: `json` (true) or `text` (false).
+    pub json: Option<bool>,
 }
 
-fn parse(q: &HashMap<String, String>, allowed: &[&str], clock: &Clock) -> Result<Params, ApiError> {
+/// Parses query `q`, accepting only the parameters in `allowed`; `since` is converted with
+/// `clock`. The error names the first bad parameter.
+pub fn parse(q: &HashMap<String, String>, allowed: &[&str], clock: &Clock) -> Result<Params, ApiError> {
     for k in q.keys() {
         if !allowed.contains(&k.as_str()) {
             return Err(bad(k, format!("unknown parameter; accepted: {}", allowed.join(", "))));
@@ -126,76 +127,11 @@ fn parse_unix_time(v: &str) -> Option<std::time::SystemTime> {
     Some(std::time::UNIX_EPOCH + Duration::new(secs, nanos as u32))
 }
 
-fn wants_json(p: &Params, headers: &HeaderMap) -> bool {
+/// Whether to answer in JSON: `format=` if given, else the `Accept` header.
+pub fn wants_json(p: &Params, headers: &HeaderMap) -> bool {
     p.json.unwrap_or_else(|| {
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("application/json"))
     })
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(f).await.expect("API worker panicked")
-}
-
-/// `GET /stalls`: stuck requests, stall episodes, slow requests. Text unless JSON is asked for.
-pub async fn get_stalls(State(st): State<Arc<AppState>>, Query(q): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
-    let clock = Clock::now();
-    let p = match parse(&q, &["device", "since", "min", "limit", "format"], &clock) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
-    let json = wants_json(&p, &headers);
-    let report = blocking(move || {
-        let f = Filter { device: p.device, since_ns: p.since_ns, min_ns: p.min_ns, limit: p.limit.unwrap_or(50) };
-        let settings = st.runtime.read().expect("runtime lock").settings;
-        let slow_total = std::array::from_fn(|op| settings.slow_ns[op][observer_common::Stage::Total as usize]);
-        let history = st.history.lock().expect("history lock");
-        let filter = st.runtime.read().expect("runtime lock").filter.clone();
-        stalls::report(&st.maps, &history, &filter, &f, settings.stall_ns, &slow_total)
-    })
-    .await;
-    if json {
-        Json(report).into_response()
-    } else {
-        ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], stalls::render_text(&report)).into_response()
-    }
-}
-
-/// `GET /inflight`: every request in flight, oldest first.
-pub async fn get_inflight(State(st): State<Arc<AppState>>, Query(q): Query<HashMap<String, String>>) -> Response {
-    let clock = Clock::now();
-    let p = match parse(&q, &["device", "min", "limit"], &clock) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
-    let list = blocking(move || {
-        let f = Filter { device: p.device, since_ns: None, min_ns: p.min_ns, limit: p.limit.unwrap_or(1000) };
-        let filter = st.runtime.read().expect("runtime lock").filter.clone();
-        stalls::inflight(&st.maps, &filter, &f, &clock, &mut stalls::CgroupNames::default())
-    })
-    .await;
-    Json(serde_json::json!({ "now": clock.rfc3339(clock.mono_now), "requests": list })).into_response()
-}
-
-/// `GET /histograms`: per device/class/stage count, sum and percentiles over a window.
-pub async fn get_histograms(State(st): State<Arc<AppState>>, Query(q): Query<HashMap<String, String>>) -> Response {
-    let clock = Clock::now();
-    let p = match parse(&q, &["device", "since"], &clock) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
-    let out = blocking(move || {
-        let filter = st.runtime.read().expect("runtime lock").filter.clone();
-        let snap = Snapshot::read(&st.maps, &st.reaped, &filter);
-        let windows = st.windows.lock().expect("windows lock");
-        let (start, list) = windows.summarize(&snap, p.since_ns, p.device.as_deref());
-        serde_json::json!({
-            "now": clock.rfc3339(clock.mono_now),
-            "window_start": start.map(|t| clock.rfc3339(t)),
-            "histograms": list,
-        })
-    })
-    .await;
-    Json(out).into_response()
 }
 
 #[cfg(test)]
@@ -218,9 +154,4 @@ mod tests {
             assert!(parse_unix_time(bad).is_none(), "{bad:?}");
         }
     }
-}
-
-/// `GET /openapi.yaml`.
-pub async fn get_openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI).into_response()
 }

@@ -10,7 +10,8 @@ use observer_common::{
 };
 use serde::Serialize;
 
-use crate::{snapshot::Snapshot, stalls::ClassInfo};
+use super::snapshot::Snapshot;
+use crate::labels::ClassInfo;
 
 /// Snapshot interval (ns).
 pub const INTERVAL_NS: u64 = 10_000_000_000;
@@ -26,9 +27,10 @@ struct Sparse {
 
 type Key = (String, u16, u8);
 
-/// Snapshots, oldest first, each at a monotonic time (ns).
+/// Sparse histogram snapshots of every (device, class, stage), oldest first, each at a monotonic
+/// time (ns): the bases that `/histograms?since=` subtracts from the current totals.
 #[derive(Default)]
-pub struct Windows {
+pub struct HistogramWindows {
     snaps: VecDeque<(u64, BTreeMap<Key, Sparse>)>,
 }
 
@@ -96,7 +98,7 @@ pub fn percentile(counts: &[u64], q: f64) -> f64 {
     bucket_lower_seconds(NBUCKETS - 1)
 }
 
-impl Windows {
+impl HistogramWindows {
     /// Records `snap` taken at `now_ns` if the last one is older than [`INTERVAL_NS`], and drops
     /// snapshots older than [`KEEP_NS`] (keeping one just beyond, to answer `since=15m`).
     pub fn record(&mut self, now_ns: u64, snap: &Snapshot) {

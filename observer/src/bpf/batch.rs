@@ -1,6 +1,6 @@
-//! Reading a whole BPF hash map in a few syscalls (`BPF_MAP_LOOKUP_BATCH`, Linux 5.6+) instead
-//! of two per entry (get-next-key + lookup): `INFLIGHT` keeps an entry per request struct ever
-//! used (tens of thousands with many busy devices), and it is read on every scrape.
+//! Reads all of `INFLIGHT` in a few syscalls (`BPF_MAP_LOOKUP_BATCH`, Linux 5.6+) instead of
+//! two per entry (get-next-key + lookup): it keeps an entry per request struct ever used (tens
+//! of thousands with many busy devices), and it is read on every scrape.
 
 use std::os::fd::{AsFd, AsRawFd};
 
@@ -26,7 +26,7 @@ struct BatchAttr {
 
 /// Every (request pointer, entry) of `INFLIGHT`, live and free. Falls back to per-entry
 /// iteration if the kernel refuses batch lookups.
-pub fn inflight(map: &HashMap<MapData, u64, Inflight>) -> Vec<(u64, Inflight)> {
+pub fn read_inflight(map: &HashMap<MapData, u64, Inflight>) -> Vec<(u64, Inflight)> {
     match batch(map) {
         Some(v) => v,
         None => map.iter().flatten().collect(),

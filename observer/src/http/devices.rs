@@ -18,7 +18,10 @@ use std::{path::Path, sync::Arc};
 use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
 use serde::Serialize;
 
-use crate::{fslog::{Discovery, Range}, server::AppState};
+use crate::{
+    fslog::{Discovery, LogKind, LogStatus, Range},
+    state::AppState,
+};
 
 /// A partition of a disk.
 #[derive(Serialize)]
@@ -45,7 +48,7 @@ pub struct FsRef {
     /// `data`, `log` (an external log device) or `data+log`.
     pub role: &'static str,
     /// Outcome of the filesystem's log discovery (`found`, `unreadable`, ...).
-    pub log_status: crate::fslog::LogStatus,
+    pub log_status: LogStatus,
     /// Why the log is unknown and what to grant or check, when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
@@ -70,7 +73,8 @@ pub struct Device {
     pub log_ranges: Vec<Range>,
 }
 
-/// The response body.
+/// The response body: the disks, then the discovery's `filesystems`, `log_ranges`,
+/// `warnings` and `updated_unix` flattened in.
 #[derive(Serialize)]
 pub struct DevicesBody {
     /// Disks.
@@ -84,7 +88,9 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
-/// Builds the body from sysfs (`/sys/block`) and a discovery.
+/// Builds the body from sysfs (`sys_block`, normally `/sys/block`: `size`, `dev`,
+/// `queue/write_cache`, partitions' `start`/`size`) and a discovery. Disks without media
+/// (size 0) are left out unless they have log ranges.
 pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
     let mut devices = Vec::new();
     let mut names: Vec<String> = std::fs::read_dir(sys_block)
@@ -121,7 +127,7 @@ pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
                     fstype: fs.fstype.clone(),
                     mountpoint: fs.mountpoints[0].clone(),
                     device: fs.device.name.clone(),
-                    role: match (data, log && fs.log.iter().any(|e| e.disk == name && e.kind == crate::fslog::LogKind::Internal)) {
+                    role: match (data, log && fs.log.iter().any(|e| e.disk == name && e.kind == LogKind::Internal)) {
                         (true, true) => "data+log",
                         (true, false) => "data",
                         _ => "log",
@@ -144,8 +150,8 @@ pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
     DevicesBody { devices, discovery: d }
 }
 
-/// The handler.
-pub async fn devices(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+/// The handler: the body from `/sys/block` and the last discovery; 500 if that task fails.
+pub async fn get_devices(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     let d = st.fslog.get();
     match tokio::task::spawn_blocking(move || body(Path::new("/sys/block"), d)).await {
         Ok(b) => Json(b).into_response(),

@@ -10,7 +10,13 @@ use observer_common::{
     Stage,
 };
 
-use crate::{config::DeviceFilter, devices, probes::Maps, reaper::Reaped};
+use super::reaper::Reaped;
+use crate::{
+    bpf::{batch::read_inflight, maps::KernelMaps},
+    config::DeviceFilter,
+    labels::device_name,
+    time::monotonic_ns,
+};
 
 /// One stage's histogram, summed over CPUs.
 #[derive(Clone, Debug, PartialEq)]
@@ -121,14 +127,14 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Reads every map once. Errors of single entries (a key deleted while iterating) are skipped.
-    pub fn read(maps: &Maps, reaped: &Reaped, filter: &DeviceFilter) -> Snapshot {
+    pub fn read(maps: &KernelMaps, reaped: &Reaped, filter: &DeviceFilter) -> Snapshot {
         let mut s = Snapshot::default();
         let mut names: BTreeMap<u32, Option<String>> = BTreeMap::new();
         let mut name_of = |dev: u32| -> Option<String> {
             names
                 .entry(dev)
                 .or_insert_with(|| {
-                    let n = devices::name(dev);
+                    let n = device_name(dev);
                     filter.allows(&n).then_some(n)
                 })
                 .clone()
@@ -150,8 +156,8 @@ impl Snapshot {
             t.lost += n;
         }
         let mut n_inflight = 0;
-        let now = crate::reaper::monotonic_ns();
-        for (_, e) in crate::mapdump::inflight(&maps.inflight) {
+        let now = monotonic_ns();
+        for (_, e) in read_inflight(&maps.inflight) {
             // Map fill counts the free entries kept for reuse too.
             n_inflight += 1;
             if !e.is_live() {
@@ -159,12 +165,12 @@ impl Snapshot {
             }
             let Some(dev) = name_of(e.dev) else { continue };
             let c = s.inflight.entry(dev).or_default();
-            if e.dispatch_ns == 0 || e.requeued != 0 {
-                c.queue += 1;
-                c.oldest_queue_ns = c.oldest_queue_ns.max(now.saturating_sub(e.enter_ns));
-            } else {
+            if e.at_device() {
                 c.device += 1;
                 c.oldest_device_ns = c.oldest_device_ns.max(now.saturating_sub(e.dispatch_ns));
+            } else {
+                c.queue += 1;
+                c.oldest_queue_ns = c.oldest_queue_ns.max(now.saturating_sub(e.enter_ns));
             }
         }
         for (key, values) in maps.errors.iter().flatten() {

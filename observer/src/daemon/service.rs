@@ -22,8 +22,8 @@ use tracing::{error, info, warn};
 
 use crate::{
     config::{Config, ConfigError, DeviceFilter},
-    metrics::BucketMap,
-    server::AppState,
+    exposition::BucketMap,
+    state::AppState,
 };
 
 /// Sends notifications to the service manager; a failure is logged, never fatal (the daemon
