@@ -179,7 +179,10 @@ pub struct ClassStats {
 impl ClassStats {
     /// An all-zero value.
     pub const ZERO: ClassStats = ClassStats {
-        stages: [StageHist { sum_ns: 0, buckets: [0; NBUCKETS] }; Stage::COUNT],
+        stages: [StageHist {
+            sum_ns: 0,
+            buckets: [0; NBUCKETS],
+        }; Stage::COUNT],
         requests: 0,
         bytes: 0,
         merges: 0,
@@ -367,7 +370,13 @@ mod tests {
     #[test]
     fn user_dev_t_decoding() {
         assert_eq!(decode_user_dev(0x0703), (7, 3));
-        assert_eq!(decode_user_dev((259 << 8) | 0x05 | (0x100 << 12)), (259, 0x105));
-        assert_eq!((dev_major(mkdev(259, 0x105)), dev_minor(mkdev(259, 0x105))), (259, 0x105));
+        assert_eq!(
+            decode_user_dev((259 << 8) | 0x05 | (0x100 << 12)),
+            (259, 0x105)
+        );
+        assert_eq!(
+            (dev_major(mkdev(259, 0x105)), dev_minor(mkdev(259, 0x105))),
+            (259, 0x105)
+        );
     }
 }

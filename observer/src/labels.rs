@@ -47,7 +47,10 @@ pub fn status_name(status: u8) -> String {
         "zone_active_resource",
         "offline",
     ];
-    NAMES.get(status as usize).map(|s| s.to_string()).unwrap_or_else(|| format!("code_{status}"))
+    NAMES
+        .get(status as usize)
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| format!("code_{status}"))
 }
 
 /// The `kind` of a stall (`StallEvent::stall`): `device` for [`STALL_DEVICE`] (requests at the
@@ -83,7 +86,11 @@ impl ClassInfo {
         let c = Class(class);
         ClassInfo {
             op: c.op().name(),
-            flags: FLAGS.iter().filter(|(b, _)| c.has(*b)).map(|(_, n)| *n).collect(),
+            flags: FLAGS
+                .iter()
+                .filter(|(b, _)| c.has(*b))
+                .map(|(_, n)| *n)
+                .collect(),
             rwbs: c.rwbs(&mut [0; 8]).to_string(),
         }
     }
@@ -108,8 +115,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("obs-devtest-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::os::unix::fs::symlink("../../devices/virtual/block/loop3", dir.join("7:3")).unwrap();
-        assert_eq!(device_name_in(&dir, observer_common::maps::mkdev(7, 3)), "loop3");
-        assert_eq!(device_name_in(&dir, observer_common::maps::mkdev(259, 1)), "259:1");
+        assert_eq!(
+            device_name_in(&dir, observer_common::maps::mkdev(7, 3)),
+            "loop3"
+        );
+        assert_eq!(
+            device_name_in(&dir, observer_common::maps::mkdev(259, 1)),
+            "259:1"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

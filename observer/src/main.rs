@@ -109,7 +109,8 @@ fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OBSERVER_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("OBSERVER_LOG")
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -118,7 +119,14 @@ fn main() -> ExitCode {
         // A client piped into `head` should end quietly, like other CLI tools.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
         let result = match cmd {
-            Command::Stalls { url, device, since, min, limit, json } => client::stalls(&url, device, since, min, limit, json),
+            Command::Stalls {
+                url,
+                device,
+                since,
+                min,
+                limit,
+                json,
+            } => client::stalls(&url, device, since, min, limit, json),
             Command::Report { url, device, since } => client::report(&url, device, Some(since)),
         };
         return match result {

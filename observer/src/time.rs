@@ -6,7 +6,10 @@ use std::time::{Duration, SystemTime};
 /// `CLOCK_MONOTONIC` now, in ns: the clock of `bpf_ktime_get_ns()` (kernel/bpf/helpers.c), so
 /// directly comparable with the timestamps the programs store.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -24,7 +27,10 @@ pub struct Clock {
 impl Clock {
     /// Reads both clocks now.
     pub fn now() -> Clock {
-        Clock { mono_now: monotonic_ns(), wall_now: SystemTime::now() }
+        Clock {
+            mono_now: monotonic_ns(),
+            wall_now: SystemTime::now(),
+        }
     }
 
     /// Wall-clock time of a monotonic timestamp (ns); timestamps after `mono_now` map into the

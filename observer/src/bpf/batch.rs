@@ -44,7 +44,11 @@ fn batch(map: &HashMap<MapData, u64, Inflight>) -> Option<Vec<(u64, Inflight)>> 
     let mut first = true;
     loop {
         let mut attr = BatchAttr {
-            in_batch: if first { 0 } else { &mut cursor as *mut u32 as u64 },
+            in_batch: if first {
+                0
+            } else {
+                &mut cursor as *mut u32 as u64
+            },
             out_batch: &mut next as *mut u32 as u64,
             keys: keys.as_mut_ptr() as u64,
             values: values.as_mut_ptr() as u64,
@@ -54,7 +58,12 @@ fn batch(map: &HashMap<MapData, u64, Inflight>) -> Option<Vec<(u64, Inflight)>> 
         };
         // SAFETY: attr points to valid buffers of BATCH keys and values, sized as the map's.
         let ret = unsafe {
-            libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &mut attr as *mut BatchAttr, std::mem::size_of::<BatchAttr>())
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                &mut attr as *mut BatchAttr,
+                std::mem::size_of::<BatchAttr>(),
+            )
         };
         let errno = std::io::Error::last_os_error().raw_os_error();
         let n = attr.count as usize;
@@ -66,7 +75,7 @@ fn batch(map: &HashMap<MapData, u64, Inflight>) -> Option<Vec<(u64, Inflight)>> 
         }
         return match errno {
             Some(libc::ENOENT) => Some(out), // done
-            _ if first => None,             // not supported: caller iterates
+            _ if first => None,              // not supported: caller iterates
             _ => Some(out),
         };
     }

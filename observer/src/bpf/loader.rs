@@ -63,11 +63,14 @@ pub fn check_privileges() -> Result<(), ProbeError> {
     if has(Capability::CAP_SYS_ADMIN) {
         return Ok(());
     }
-    let missing: Vec<&str> = [(Capability::CAP_BPF, "CAP_BPF"), (Capability::CAP_PERFMON, "CAP_PERFMON")]
-        .into_iter()
-        .filter(|(c, _)| !has(*c))
-        .map(|(_, n)| n)
-        .collect();
+    let missing: Vec<&str> = [
+        (Capability::CAP_BPF, "CAP_BPF"),
+        (Capability::CAP_PERFMON, "CAP_PERFMON"),
+    ]
+    .into_iter()
+    .filter(|(c, _)| !has(*c))
+    .map(|(_, n)| n)
+    .collect();
     if missing.is_empty() {
         Ok(())
     } else {
@@ -112,8 +115,18 @@ type Step = (String, &'static str);
 
 /// Loads the object with the layout and map sizes, then attaches every program in one mode, in
 /// the order given.
-fn load_and_attach(mode: Mode, layout: &KernelLayout, btf: &Btf, capacity: (u32, u32), plan: &[Step]) -> Result<Ebpf, ProbeError> {
-    let layout = KernelLayout { direct_loads: u32::from(mode == Mode::Btf), loaded_ns: monotonic_ns(), ..*layout };
+fn load_and_attach(
+    mode: Mode,
+    layout: &KernelLayout,
+    btf: &Btf,
+    capacity: (u32, u32),
+    plan: &[Step],
+) -> Result<Ebpf, ProbeError> {
+    let layout = KernelLayout {
+        direct_loads: u32::from(mode == Mode::Btf),
+        loaded_ns: monotonic_ns(),
+        ..*layout
+    };
     let mut ebpf = EbpfLoader::new()
         .btf(Some(btf))
         .override_global("LAYOUT", &layout, true)
@@ -128,13 +141,21 @@ fn load_and_attach(mode: Mode, layout: &KernelLayout, btf: &Btf, capacity: (u32,
 }
 
 /// Loads and attaches program `name` (with `_raw` appended in raw mode) to tracepoint `tp`.
-fn attach_one(ebpf: &mut Ebpf, mode: Mode, btf: &Btf, name: &str, tp: &str) -> Result<(), ProbeError> {
+fn attach_one(
+    ebpf: &mut Ebpf,
+    mode: Mode,
+    btf: &Btf,
+    name: &str,
+    tp: &str,
+) -> Result<(), ProbeError> {
     let step = |what: &str| load_err(format!("{what} {name} on {tp} ({mode:?})"));
     let program = match mode {
         Mode::Btf => name.to_string(),
         Mode::Raw => format!("{name}_raw"),
     };
-    let prog = ebpf.program_mut(&program).ok_or_else(|| step("finding")(anyhow::anyhow!("missing from object")))?;
+    let prog = ebpf
+        .program_mut(&program)
+        .ok_or_else(|| step("finding")(anyhow::anyhow!("missing from object")))?;
     let finding = |e: aya::programs::ProgramError| step("finding")(e.into());
     match mode {
         Mode::Btf => {
@@ -155,7 +176,9 @@ fn attach_one(ebpf: &mut Ebpf, mode: Mode, btf: &Btf, name: &str, tp: &str) -> R
 /// tracepoint argument layout (from BTF).
 fn plan(kbtf: &KernelBtf, layout: &KernelLayout) -> Result<(Tracepoint, Vec<Step>), ProbeError> {
     let order = attach_order(layout.enter_fallback != 0);
-    let enter = *order.last().expect("the attach order ends with the entry point");
+    let enter = *order
+        .last()
+        .expect("the attach order ends with the entry point");
     if layout.enter_fallback != 0 {
         warn!("kernel has no block_io_start tracepoint (Linux < 6.5): requests enter at block_rq_insert \
                or, when directly issued, at block_rq_issue (queue time 0); PREFLUSH/FUA may already be stripped");
@@ -165,7 +188,10 @@ fn plan(kbtf: &KernelBtf, layout: &KernelLayout) -> Result<(Tracepoint, Vec<Step
         .map(|t| match kbtf.arg_layout(t.name) {
             Some(ArgLayout::Current) => Ok((t.program.to_string(), t.name)),
             Some(ArgLayout::QueueFirst) => Ok((format!("{}_q", t.program), t.name)),
-            None => Err(ProbeError::Layout(LayoutError::Missing(format!("tracepoint {}", t.name)))),
+            None => Err(ProbeError::Layout(LayoutError::Missing(format!(
+                "tracepoint {}",
+                t.name
+            )))),
         })
         .collect::<Result<_, _>>()?;
     Ok((enter, steps))
@@ -173,7 +199,12 @@ fn plan(kbtf: &KernelBtf, layout: &KernelLayout) -> Result<(Tracepoint, Vec<Step
 
 /// Loads as `tp_btf` and, if any program is refused there, everything again as `raw_tp`
 /// (`OBSERVER_ATTACH=raw_tp` forces that). Returns the object and the mode that worked.
-fn load_either_mode(layout: &KernelLayout, btf: &Btf, capacity: (u32, u32), steps: &[Step]) -> Result<(Ebpf, Mode), ProbeError> {
+fn load_either_mode(
+    layout: &KernelLayout,
+    btf: &Btf,
+    capacity: (u32, u32),
+    steps: &[Step],
+) -> Result<(Ebpf, Mode), ProbeError> {
     let attempt = |mode| load_and_attach(mode, layout, btf, capacity, steps).map(|e| (e, mode));
     if std::env::var("OBSERVER_ATTACH").as_deref() == Ok("raw_tp") {
         return attempt(Mode::Raw);
@@ -189,7 +220,11 @@ fn load_either_mode(layout: &KernelLayout, btf: &Btf, capacity: (u32, u32), step
 /// `inflight_entries` sizes `INFLIGHT`; `stats_memory_mib` bounds `CLASS_STATS` (see
 /// [`class_stats_entries`]); `settings` are written to `SETTINGS` before returning. Errors say
 /// what to do ([`ProbeError`]).
-pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) -> Result<(Probes, KernelMaps), ProbeError> {
+pub fn attach(
+    inflight_entries: u32,
+    stats_memory_mib: u32,
+    settings: Settings,
+) -> Result<(Probes, KernelMaps), ProbeError> {
     check_privileges()?;
     let kbtf = KernelBtf::from_file(VMLINUX_BTF)?;
     let layout = kbtf.kernel_layout()?;
@@ -197,16 +232,34 @@ pub fn attach(inflight_entries: u32, stats_memory_mib: u32, settings: Settings) 
     let (enter, steps) = plan(&kbtf, &layout)?;
     // Free that parse before aya parses BTF again (peak RSS: the kernel's BTF is several MB).
     drop(kbtf);
-    let btf = Btf::from_sys_fs().map_err(|e| load_err("reading kernel BTF for tp_btf")(e.into()))?;
-    let (mut ebpf, mode) = load_either_mode(&layout, &btf, (inflight_entries, stats_entries), &steps)?;
+    let btf =
+        Btf::from_sys_fs().map_err(|e| load_err("reading kernel BTF for tp_btf")(e.into()))?;
+    let (mut ebpf, mode) =
+        load_either_mode(&layout, &btf, (inflight_entries, stats_entries), &steps)?;
     drop(btf);
     // Give the memory of both BTF parses back to the system.
     unsafe { libc::malloc_trim(0) };
     let (mode, enter_tp) = (mode.name(), enter.name);
-    info!(mode, enter = enter_tp, class_stats_entries = stats_entries, inflight_entries, "eBPF programs attached");
+    info!(
+        mode,
+        enter = enter_tp,
+        class_stats_entries = stats_entries,
+        inflight_entries,
+        "eBPF programs attached"
+    );
     let maps = KernelMaps::take(&mut ebpf, inflight_entries, stats_entries)?;
-    maps.set_settings(settings).map_err(|e| load_err("writing SETTINGS")(e.into()))?;
-    Ok((Probes { _ebpf: ebpf, info: AttachInfo { mode, enter_tracepoint: enter_tp } }, maps))
+    maps.set_settings(settings)
+        .map_err(|e| load_err("writing SETTINGS")(e.into()))?;
+    Ok((
+        Probes {
+            _ebpf: ebpf,
+            info: AttachInfo {
+                mode,
+                enter_tracepoint: enter_tp,
+            },
+        },
+        maps,
+    ))
 }
 
 #[cfg(test)]
@@ -224,13 +277,20 @@ mod tests {
         for section in obj.sections() {
             for (_, reloc) in section.relocations() {
                 if let RelocationTarget::Symbol(i) = reloc.target() {
-                    let name = obj.symbol_by_index(i).ok().and_then(|s| s.name().ok().map(str::to_string)).unwrap_or_default();
+                    let name = obj
+                        .symbol_by_index(i)
+                        .ok()
+                        .and_then(|s| s.name().ok().map(str::to_string))
+                        .unwrap_or_default();
                     if ["memset", "memcpy", "memmove", "memcmp", "bcmp"].contains(&name.as_str()) {
                         calls.push(format!("{} -> {name}", section.name().unwrap_or("?")));
                     }
                 }
             }
         }
-        assert!(calls.is_empty(), "calls to out-of-line memory builtins: {calls:?}");
+        assert!(
+            calls.is_empty(),
+            "calls to out-of-line memory builtins: {calls:?}"
+        );
     }
 }

@@ -3,10 +3,14 @@
 use std::sync::Mutex;
 
 use aya::{
-    maps::{Array, HashMap, IterableMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{
+        Array, HashMap, IterableMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf,
+    },
     Ebpf,
 };
-use observer_common::maps::{self as m, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges, Settings};
+use observer_common::maps::{
+    self as m, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges, Settings,
+};
 
 use super::loader::{load_err, ProbeError};
 
@@ -41,11 +45,18 @@ pub struct KernelMaps {
 impl KernelMaps {
     /// Takes every map out of a loaded object. The capacities are the ones the object was
     /// loaded with. Errors name the map that is missing or of the wrong type.
-    pub fn take(ebpf: &mut Ebpf, inflight_capacity: u32, class_stats_capacity: u32) -> Result<KernelMaps, ProbeError> {
+    pub fn take(
+        ebpf: &mut Ebpf,
+        inflight_capacity: u32,
+        class_stats_capacity: u32,
+    ) -> Result<KernelMaps, ProbeError> {
         let mut take = |name: &str| {
-            ebpf.take_map(name).ok_or_else(|| load_err(format!("map {name}"))(anyhow::anyhow!("missing from object")))
+            ebpf.take_map(name).ok_or_else(|| {
+                load_err(format!("map {name}"))(anyhow::anyhow!("missing from object"))
+            })
         };
-        let conv = |name: &'static str| move |e: MapError| load_err(format!("map {name}"))(e.into());
+        let conv =
+            |name: &'static str| move |e: MapError| load_err(format!("map {name}"))(e.into());
         let inflight: HashMap<MapData, u64, Inflight> =
             HashMap::try_from(take(m::INFLIGHT)?).map_err(conv(m::INFLIGHT))?;
         // dup(2) the map fd for the reaper: BPF_MAP_GET_FD_BY_ID would need CAP_SYS_ADMIN.
@@ -55,14 +66,21 @@ impl KernelMaps {
         let inflight_rw = MapData::from_fd(dup).map_err(conv(m::INFLIGHT))?;
         Ok(KernelMaps {
             inflight,
-            inflight_rw: Mutex::new(HashMap::try_from(Map::HashMap(inflight_rw)).map_err(conv(m::INFLIGHT))?),
-            class_stats: PerCpuHashMap::try_from(take(m::CLASS_STATS)?).map_err(conv(m::CLASS_STATS))?,
+            inflight_rw: Mutex::new(
+                HashMap::try_from(Map::HashMap(inflight_rw)).map_err(conv(m::INFLIGHT))?,
+            ),
+            class_stats: PerCpuHashMap::try_from(take(m::CLASS_STATS)?)
+                .map_err(conv(m::CLASS_STATS))?,
             errors: PerCpuHashMap::try_from(take(m::ERRORS)?).map_err(conv(m::ERRORS))?,
             counters: PerCpuArray::try_from(take(m::COUNTERS)?).map_err(conv(m::COUNTERS))?,
             settings: Mutex::new(Array::try_from(take(m::SETTINGS)?).map_err(conv(m::SETTINGS))?),
             devstate: Array::try_from(take(m::DEVSTATE)?).map_err(conv(m::DEVSTATE))?,
-            events: Mutex::new(Some(RingBuf::try_from(take(m::EVENTS)?).map_err(conv(m::EVENTS))?)),
-            log_ranges: Mutex::new(Array::try_from(take(m::LOG_RANGES)?).map_err(conv(m::LOG_RANGES))?),
+            events: Mutex::new(Some(
+                RingBuf::try_from(take(m::EVENTS)?).map_err(conv(m::EVENTS))?,
+            )),
+            log_ranges: Mutex::new(
+                Array::try_from(take(m::LOG_RANGES)?).map_err(conv(m::LOG_RANGES))?,
+            ),
             inflight_capacity,
             class_stats_capacity,
         })
@@ -70,7 +88,10 @@ impl KernelMaps {
 
     /// The device's state from its `DEVSTATE` slot, if the slot is this device's.
     pub fn devstate_of(&self, dev: u32) -> Option<DevState> {
-        self.devstate.get(&m::dev_slot(dev), 0).ok().filter(|d| d.dev == dev)
+        self.devstate
+            .get(&m::dev_slot(dev), 0)
+            .ok()
+            .filter(|d| d.dev == dev)
     }
 
     /// Writes new thresholds for the programs (takes effect at the next event).

@@ -15,7 +15,11 @@ pub struct Tracepoint {
 }
 
 const fn tp(name: &'static str, program: &'static str, floor_program: &'static str) -> Tracepoint {
-    Tracepoint { name, program, floor_program }
+    Tracepoint {
+        name,
+        program,
+        floor_program,
+    }
 }
 
 /// The tracepoints every kernel has, in attach order: from the end of a request's life to its
@@ -41,6 +45,10 @@ pub const ENTER_FALLBACK: Tracepoint = tp("block_rq_insert", "rq_insert", "f_rq_
 /// The tracepoints to attach to, in order: [`LIFECYCLE`], then the entry point this kernel has.
 pub fn attach_order(enter_fallback: bool) -> Vec<Tracepoint> {
     let mut plan = LIFECYCLE.to_vec();
-    plan.push(if enter_fallback { ENTER_FALLBACK } else { ENTER });
+    plan.push(if enter_fallback {
+        ENTER_FALLBACK
+    } else {
+        ENTER
+    });
     plan
 }

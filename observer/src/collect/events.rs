@@ -36,9 +36,16 @@ impl History {
 
     /// Adds one ring-buffer record; unknown or short records are ignored.
     pub fn ingest(&mut self, bytes: &[u8]) {
-        let Some(kind) = bytes.get(..4).map(|b| u32::from_ne_bytes(b.try_into().unwrap())) else { return };
+        let Some(kind) = bytes
+            .get(..4)
+            .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
+        else {
+            return;
+        };
         match kind {
-            observer_common::maps::EVENT_SLOW if bytes.len() >= std::mem::size_of::<SlowEvent>() => {
+            observer_common::maps::EVENT_SLOW
+                if bytes.len() >= std::mem::size_of::<SlowEvent>() =>
+            {
                 // SAFETY: length checked; SlowEvent is repr(C) plain data.
                 let ev: SlowEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
                 if self.slow.len() == self.cap_slow {
@@ -47,11 +54,19 @@ impl History {
                 }
                 self.slow.push_back(ev);
             }
-            observer_common::maps::EVENT_STALL if bytes.len() >= std::mem::size_of::<StallEvent>() => {
+            observer_common::maps::EVENT_STALL
+                if bytes.len() >= std::mem::size_of::<StallEvent>() =>
+            {
                 // SAFETY: as above.
                 let ev: StallEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
                 // Two CPUs may report the same episode: same device, kind and start.
-                if self.episodes.iter().rev().take(16).any(|e| e.dev == ev.dev && e.stall == ev.stall && e.start_ns == ev.start_ns) {
+                if self
+                    .episodes
+                    .iter()
+                    .rev()
+                    .take(16)
+                    .any(|e| e.dev == ev.dev && e.stall == ev.stall && e.start_ns == ev.start_ns)
+                {
                     return;
                 }
                 let t = self.episode_totals.entry((ev.dev, ev.stall)).or_default();

@@ -26,7 +26,12 @@ pub struct Reaped(pub Mutex<BTreeMap<ClassKey, u64>>);
 
 /// Requests the kernel has in flight on a disk (reads + writes), or `None` if unreadable.
 fn kernel_inflight(dev: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/sys/dev/block/{}:{}/inflight", dev_major(dev), dev_minor(dev))).ok()?;
+    let text = std::fs::read_to_string(format!(
+        "/sys/dev/block/{}:{}/inflight",
+        dev_major(dev),
+        dev_minor(dev)
+    ))
+    .ok()?;
     text.split_whitespace().map(|v| v.parse::<u64>().ok()).sum()
 }
 
@@ -34,7 +39,11 @@ fn kernel_inflight(dev: u32) -> Option<u64> {
 ///
 /// Also deletes free entries (kept by the programs for reuse) when the map is more than half
 /// full, so request structs of devices that went away cannot fill it.
-pub fn reap(inflight: &mut HashMap<MapData, u64, Inflight>, capacity: u32, reaped: &Reaped) -> usize {
+pub fn reap(
+    inflight: &mut HashMap<MapData, u64, Inflight>,
+    capacity: u32,
+    reaped: &Reaped,
+) -> usize {
     let now = monotonic_ns();
     let mut candidates: BTreeMap<u32, Vec<(u64, Inflight)>> = BTreeMap::new();
     let mut free = Vec::new();
@@ -70,13 +79,25 @@ pub fn reap(inflight: &mut HashMap<MapData, u64, Inflight>, capacity: u32, reape
                 _ => continue,
             }
             if inflight.remove(&rq).is_ok() {
-                *reaped.0.lock().expect("reaper lock").entry(ClassKey { dev, class: e.class, _pad: 0 }).or_default() += 1;
+                *reaped
+                    .0
+                    .lock()
+                    .expect("reaper lock")
+                    .entry(ClassKey {
+                        dev,
+                        class: e.class,
+                        _pad: 0,
+                    })
+                    .or_default() += 1;
                 n += 1;
             }
         }
     }
     if n > 0 {
-        tracing::debug!(retired = n, "retired requests whose completion was not seen");
+        tracing::debug!(
+            retired = n,
+            "retired requests whose completion was not seen"
+        );
     }
     n
 }

@@ -29,7 +29,10 @@ pub struct StageTotals {
 
 impl StageTotals {
     fn new() -> Self {
-        Self { sum_ns: 0, buckets: vec![0; NBUCKETS] }
+        Self {
+            sum_ns: 0,
+            buckets: vec![0; NBUCKETS],
+        }
     }
 
     /// Number of samples.
@@ -59,7 +62,15 @@ pub struct ClassTotals {
 
 impl ClassTotals {
     fn new() -> Self {
-        Self { stages: Stage::ALL.iter().map(|_| StageTotals::new()).collect(), requests: 0, bytes: 0, merges: 0, requeues: 0, lost: 0, slow: 0 }
+        Self {
+            stages: Stage::ALL.iter().map(|_| StageTotals::new()).collect(),
+            requests: 0,
+            bytes: 0,
+            merges: 0,
+            requeues: 0,
+            lost: 0,
+            slow: 0,
+        }
     }
 
     fn add(&mut self, v: &ClassStats) {
@@ -142,16 +153,26 @@ impl Snapshot {
         let mut n_stats = 0;
         for (key, values) in maps.class_stats.iter().flatten() {
             n_stats += 1;
-            let Some(dev) = name_of(key.dev) else { continue };
-            let t = s.classes.entry((dev.clone(), Class(key.class))).or_insert_with(ClassTotals::new);
+            let Some(dev) = name_of(key.dev) else {
+                continue;
+            };
+            let t = s
+                .classes
+                .entry((dev.clone(), Class(key.class)))
+                .or_insert_with(ClassTotals::new);
             for v in values.iter() {
                 t.add(v);
             }
             s.inflight.entry(dev).or_default();
         }
         for (key, n) in reaped.0.lock().expect("reaper lock").iter() {
-            let Some(dev) = name_of(key.dev) else { continue };
-            let t = s.classes.entry((dev, Class(key.class))).or_insert_with(ClassTotals::new);
+            let Some(dev) = name_of(key.dev) else {
+                continue;
+            };
+            let t = s
+                .classes
+                .entry((dev, Class(key.class)))
+                .or_insert_with(ClassTotals::new);
             t.requests += n;
             t.lost += n;
         }
@@ -174,10 +195,19 @@ impl Snapshot {
             }
         }
         for (key, values) in maps.errors.iter().flatten() {
-            let Some(dev) = name_of(key.dev) else { continue };
-            *s.errors.entry((dev, Class(key.class), key.status)).or_default() += values.iter().sum::<u64>();
+            let Some(dev) = name_of(key.dev) else {
+                continue;
+            };
+            *s.errors
+                .entry((dev, Class(key.class), key.status))
+                .or_default() += values.iter().sum::<u64>();
         }
-        let counter = |c: Counter| maps.counters.get(&(c as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
+        let counter = |c: Counter| {
+            maps.counters
+                .get(&(c as u32), 0)
+                .map(|v| v.iter().sum())
+                .unwrap_or(0)
+        };
         s.counters = SelfCounters {
             untracked_completions: counter(Counter::UntrackedCompletions),
             inflight_full: counter(Counter::InflightFull),

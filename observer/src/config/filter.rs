@@ -12,8 +12,15 @@ pub struct DeviceFilter {
 impl DeviceFilter {
     /// Compiles the patterns (already validated).
     pub fn new(d: &Devices) -> Self {
-        let compile = |v: &Vec<String>| v.iter().filter_map(|p| glob::Pattern::new(p).ok()).collect();
-        Self { include: compile(&d.include), exclude: compile(&d.exclude) }
+        let compile = |v: &Vec<String>| {
+            v.iter()
+                .filter_map(|p| glob::Pattern::new(p).ok())
+                .collect()
+        };
+        Self {
+            include: compile(&d.include),
+            exclude: compile(&d.exclude),
+        }
     }
 
     /// Whether a device (kernel name) is exported.
@@ -29,7 +36,10 @@ mod tests {
 
     #[test]
     fn filter() {
-        let f = DeviceFilter::new(&Devices { include: vec!["loop*".into(), "vda".into()], exclude: vec!["loop7".into()] });
+        let f = DeviceFilter::new(&Devices {
+            include: vec!["loop*".into(), "vda".into()],
+            exclude: vec!["loop7".into()],
+        });
         assert!(f.allows("loop0") && f.allows("vda"));
         assert!(!f.allows("loop7") && !f.allows("nvme0n1"));
         assert!(DeviceFilter::default().allows("anything"));

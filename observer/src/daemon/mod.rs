@@ -39,7 +39,11 @@ where
     if let Some(r) = &cfg.host_root {
         info!(host_root = %r.display(), "host view: mount table, device nodes and cgroups read under this directory");
     }
-    let (probes, maps) = loader::attach(cfg.maps.inflight_entries, cfg.maps.stats_memory_mib, cfg.stalls.settings())?;
+    let (probes, maps) = loader::attach(
+        cfg.maps.inflight_entries,
+        cfg.maps.stats_memory_mib,
+        cfg.stalls.settings(),
+    )?;
     let state = Arc::new(AppState {
         maps,
         runtime: RwLock::new(ReloadableSettings {
@@ -49,7 +53,10 @@ where
         }),
         info: probes.info.clone(),
         reaped: Reaped::default(),
-        history: Mutex::new(History::new(cfg.stalls.history_requests, cfg.stalls.history_episodes)),
+        history: Mutex::new(History::new(
+            cfg.stalls.history_requests,
+            cfg.stalls.history_episodes,
+        )),
         windows: Mutex::new(HistogramWindows::default()),
         fslog: Arc::default(),
     });
@@ -57,7 +64,12 @@ where
     spawn_event_reader(state.clone())?;
     let fslog_state = state.clone();
     fslog::spawn(
-        move |want| fslog::sync_map(&mut fslog_state.maps.log_ranges.lock().expect("LOG_RANGES lock"), want),
+        move |want| {
+            fslog::sync_map(
+                &mut fslog_state.maps.log_ranges.lock().expect("LOG_RANGES lock"),
+                want,
+            )
+        },
         state.fslog.clone(),
         fslog::Sources::for_host_root(cfg.host_root.as_deref()),
     )
@@ -68,7 +80,10 @@ where
     info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
     service::spawn_reload_on_sighup(service::Reloader::new(reload, state.clone(), cfg.clone()))?;
     service::notify_ready(&format!("serving on {}", listener.local_addr()?));
-    axum::serve(listener, http::router(state)).with_graceful_shutdown(shutdown()).await.context("HTTP server")?;
+    axum::serve(listener, http::router(state))
+        .with_graceful_shutdown(shutdown())
+        .await
+        .context("HTTP server")?;
     drop(probes);
     info!("stopped; eBPF programs detached");
     Ok(())
@@ -104,13 +119,21 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
 /// Reads the `EVENTS` ring buffer whenever it is readable, into the history. Fails if the ring
 /// buffer was already taken or cannot be polled.
 fn spawn_event_reader(state: Arc<AppState>) -> anyhow::Result<()> {
-    let ring = state.maps.events.lock().expect("events lock").take().context("EVENTS ring buffer already taken")?;
+    let ring = state
+        .maps
+        .events
+        .lock()
+        .expect("events lock")
+        .take()
+        .context("EVENTS ring buffer already taken")?;
     // SAFETY: the ring buffer owns its fd for as long as the AsyncFd lives.
     let mut fd = unsafe { tokio::io::unix::AsyncFd::register(ring) }
         .map_err(|e| anyhow::anyhow!("polling the EVENTS ring buffer: {e}"))?;
     tokio::spawn(async move {
         loop {
-            let Ok(mut guard) = fd.readable_mut().await else { return };
+            let Ok(mut guard) = fd.readable_mut().await else {
+                return;
+            };
             let ring = guard.get_inner_mut();
             let mut history = state.history.lock().expect("history lock");
             while let Some(item) = ring.next() {

@@ -21,10 +21,16 @@ impl BucketMap {
         let target = (0..NBUCKETS)
             .map(|i| {
                 let upper = bucket_upper_seconds(i);
-                bounds.iter().position(|&b| upper <= b * (1.0 + 1e-9)).unwrap_or(bounds.len())
+                bounds
+                    .iter()
+                    .position(|&b| upper <= b * (1.0 + 1e-9))
+                    .unwrap_or(bounds.len())
             })
             .collect();
-        Self { bounds: bounds.to_vec(), target }
+        Self {
+            bounds: bounds.to_vec(),
+            target,
+        }
     }
 
     /// Cumulative counts per exported bound (without +Inf) from kernel bucket counts.
@@ -35,10 +41,12 @@ impl BucketMap {
         }
         let mut acc = 0;
         per.truncate(self.bounds.len());
-        per.iter().map(|c| {
-            acc += c;
-            acc
-        }).collect()
+        per.iter()
+            .map(|c| {
+                acc += c;
+                acc
+            })
+            .collect()
     }
 }
 
@@ -55,7 +63,11 @@ mod tests {
         k[bucket_index(1_023_999)] += 1; // < 1.024 ms
         k[bucket_index(1_024_000)] += 1; // = 1.024 ms: belongs to the next bound (le is inclusive, but the kernel bucket starting at 1.024 ms spans above it)
         let cum = b.cumulative(&k);
-        let i = b.bounds.iter().position(|&x| (x - 0.001024).abs() < 1e-12).unwrap();
+        let i = b
+            .bounds
+            .iter()
+            .position(|&x| (x - 0.001024).abs() < 1e-12)
+            .unwrap();
         assert_eq!(cum[i], 1);
         assert_eq!(cum[i + 1], 2);
         assert_eq!(*cum.last().unwrap(), 2);
@@ -66,13 +78,24 @@ mod tests {
         // For any bound, the exported cumulative count must not include samples above it.
         let bounds = [0.0001, 0.00033, 0.005, 1.0];
         let b = BucketMap::new(&bounds);
-        for ns in [50_000u64, 100_000, 330_000, 400_000, 4_999_999, 999_999_999, 2_000_000_000] {
+        for ns in [
+            50_000u64,
+            100_000,
+            330_000,
+            400_000,
+            4_999_999,
+            999_999_999,
+            2_000_000_000,
+        ] {
             let mut k = vec![0u64; NBUCKETS];
             k[bucket_index(ns)] += 1;
             let cum = b.cumulative(&k);
             for (j, &le) in bounds.iter().enumerate() {
                 if cum[j] == 1 {
-                    assert!(ns as f64 * 1e-9 <= le * (1.0 + 1e-9), "{ns} ns counted under le={le}");
+                    assert!(
+                        ns as f64 * 1e-9 <= le * (1.0 + 1e-9),
+                        "{ns} ns counted under le={le}"
+                    );
                     // ...and is within one kernel bucket of the bound
                     assert!(bucket_lower_seconds(bucket_index(ns)) <= le);
                 }

@@ -33,7 +33,12 @@ impl MetricDesc {
     /// A series with these label values (one per [`MetricDesc::labels`], same order) and no
     /// value yet.
     fn series(&self, values: &[&str]) -> Metric {
-        debug_assert_eq!(values.len(), self.labels.len(), "label values of {}", self.name);
+        debug_assert_eq!(
+            values.len(),
+            self.labels.len(),
+            "label values of {}",
+            self.name
+        );
         let pairs = self
             .labels
             .iter()
@@ -79,6 +84,8 @@ impl MetricDesc {
 pub fn encode(mut families: Vec<MetricFamily>) -> String {
     families.retain(|f| !f.get_metric().is_empty());
     let mut out = Vec::new();
-    TextEncoder::new().encode(&families, &mut out).expect("text encoding to a Vec cannot fail");
+    TextEncoder::new()
+        .encode(&families, &mut out)
+        .expect("text encoding to a Vec cannot fail");
     String::from_utf8(out).expect("exposition is UTF-8")
 }

@@ -28,8 +28,15 @@ pub fn families(s: &Snapshot) -> Vec<MetricFamily> {
     for (dev, c) in &s.inflight {
         counts.push(INFLIGHT_REQUESTS.gauge(&[dev.as_str(), "queue"], c.queue as f64));
         counts.push(INFLIGHT_REQUESTS.gauge(&[dev.as_str(), "device"], c.device as f64));
-        oldest.push(OLDEST_INFLIGHT_AGE.gauge(&[dev.as_str(), "queue"], c.oldest_queue_ns as f64 * 1e-9));
-        oldest.push(OLDEST_INFLIGHT_AGE.gauge(&[dev.as_str(), "device"], c.oldest_device_ns as f64 * 1e-9));
+        oldest.push(
+            OLDEST_INFLIGHT_AGE.gauge(&[dev.as_str(), "queue"], c.oldest_queue_ns as f64 * 1e-9),
+        );
+        oldest.push(
+            OLDEST_INFLIGHT_AGE.gauge(&[dev.as_str(), "device"], c.oldest_device_ns as f64 * 1e-9),
+        );
     }
-    vec![INFLIGHT_REQUESTS.family(counts), OLDEST_INFLIGHT_AGE.family(oldest)]
+    vec![
+        INFLIGHT_REQUESTS.family(counts),
+        OLDEST_INFLIGHT_AGE.family(oldest),
+    ]
 }

@@ -26,7 +26,6 @@
 //! (`observer_common::class::LOG`, see `crate::fslog`): `{op="write",log="true"}` selects log writes.
 //! "flags" above means the same flag labels as the histogram (preflush ... log).
 
-
 mod buckets;
 mod desc;
 mod inflight;
@@ -37,13 +36,22 @@ mod stalls;
 pub use buckets::BucketMap;
 pub use desc::{encode, MetricDesc};
 
-use crate::{bpf::loader::AttachInfo, collect::events::History, collect::snapshot::Snapshot, config::DeviceFilter};
+use crate::{
+    bpf::loader::AttachInfo, collect::events::History, collect::snapshot::Snapshot,
+    config::DeviceFilter,
+};
 
 /// The daemon's metric families (all but the filesystem-log ones) in the text exposition format
 /// (version 0.0.4), in a fixed order: latency histograms, per-class counters, errors, in-flight,
 /// stalls, self-monitoring. `buckets` are the exported bounds; `filter` limits the stall totals
 /// (the snapshot is already filtered).
-pub fn render(s: &Snapshot, history: &History, buckets: &BucketMap, info: &AttachInfo, filter: &DeviceFilter) -> String {
+pub fn render(
+    s: &Snapshot,
+    history: &History,
+    buckets: &BucketMap,
+    info: &AttachInfo,
+    filter: &DeviceFilter,
+) -> String {
     let mut families = vec![requests::latency(s, buckets)];
     families.extend(requests::counters(s));
     families.push(requests::errors(s));
@@ -68,10 +76,18 @@ mod tests {
     /// self-monitoring counters and ended stall episodes on an unknown device.
     fn sample() -> (Snapshot, History) {
         let mut s = Snapshot::default();
-        for (i, class) in [0x0001u16, 0x0011, 0x0230, 0x0002, 0x0103].iter().enumerate() {
+        for (i, class) in [0x0001u16, 0x0011, 0x0230, 0x0002, 0x0103]
+            .iter()
+            .enumerate()
+        {
             let i64_ = i as u64;
             let mut t = ClassTotals {
-                stages: (0..3).map(|_| StageTotals { sum_ns: 0, buckets: vec![0; NBUCKETS] }).collect(),
+                stages: (0..3)
+                    .map(|_| StageTotals {
+                        sum_ns: 0,
+                        buckets: vec![0; NBUCKETS],
+                    })
+                    .collect(),
                 requests: 10 + i64_,
                 bytes: 4096 * i64_,
                 merges: i64_ % 2,
@@ -87,9 +103,15 @@ mod tests {
                 t.stages[st].buckets[40 + i * 7 + st * 3] = 3 + i64_;
                 t.stages[st].buckets[100 + st] = 1;
             }
-            s.classes.insert((format!("dev{}", i % 2), Class(*class)), t);
+            s.classes
+                .insert((format!("dev{}", i % 2), Class(*class)), t);
         }
-        let busy = InflightCounts { queue: 2, device: 1, oldest_queue_ns: 5_000_000, oldest_device_ns: 1_500_000_000 };
+        let busy = InflightCounts {
+            queue: 2,
+            device: 1,
+            oldest_queue_ns: 5_000_000,
+            oldest_device_ns: 1_500_000_000,
+        };
         s.inflight.insert("dev0".into(), busy);
         s.inflight.insert("dev1".into(), InflightCounts::default());
         s.errors.insert(("dev0".into(), Class(1), 10), 4);
@@ -118,19 +140,31 @@ mod tests {
         let (s, h) = sample();
         let buckets = BucketMap::new(&Histogram::default().buckets);
         let odd = BucketMap::new(&[0.0001, 0.00033, 0.005, 1.0]);
-        let info = AttachInfo { mode: "tp_btf", enter_tracepoint: "block_io_start" };
+        let info = AttachInfo {
+            mode: "tp_btf",
+            enter_tracepoint: "block_io_start",
+        };
         let all = DeviceFilter::new(&Devices::default());
-        let none = DeviceFilter::new(&Devices { include: vec!["nothing*".into()], exclude: vec![] });
+        let none = DeviceFilter::new(&Devices {
+            include: vec!["nothing*".into()],
+            exclude: vec![],
+        });
         let mut out = render(&s, &h, &buckets, &info, &all) + &render_metrics(&sample_discovery());
         out += "=====\n";
         out += &(render(&Snapshot::default(), &History::new(1, 1), &odd, &info, &all)
             + &render_metrics(&Discovery::default()));
         out += "=====\n";
         out += &render(&s, &h, &odd, &info, &none);
-        let out = out.replace(concat!("version=\"", env!("CARGO_PKG_VERSION"), "\""), "version=\"X\"");
+        let out = out.replace(
+            concat!("version=\"", env!("CARGO_PKG_VERSION"), "\""),
+            "version=\"X\"",
+        );
         if let Ok(path) = std::env::var("GOLDEN_OUT") {
             std::fs::write(path, &out).unwrap();
         }
-        assert!(out == include_str!("golden.prom"), "exposition output differs from golden.prom");
+        assert!(
+            out == include_str!("golden.prom"),
+            "exposition output differs from golden.prom"
+        );
     }
 }

@@ -15,7 +15,16 @@ use crate::{
 
 /// Labels of every per-(device, class) series: `device`, `op`, then the flags of
 /// [`observer_common::class::FLAGS`] in that order.
-pub const CLASS_LABELS: &[&str] = &["device", "op", "preflush", "fua", "sync", "meta", "readahead", "log"];
+pub const CLASS_LABELS: &[&str] = &[
+    "device",
+    "op",
+    "preflush",
+    "fua",
+    "sync",
+    "meta",
+    "readahead",
+    "log",
+];
 
 /// Latency histogram per (device, class, stage).
 pub const REQUEST_LATENCY: MetricDesc = MetricDesc {
@@ -26,7 +35,12 @@ pub const REQUEST_LATENCY: MetricDesc = MetricDesc {
 };
 
 const fn class_counter(name: &'static str, help: &'static str) -> MetricDesc {
-    MetricDesc { name, help, kind: MetricType::COUNTER, labels: CLASS_LABELS }
+    MetricDesc {
+        name,
+        help,
+        kind: MetricType::COUNTER,
+        labels: CLASS_LABELS,
+    }
 }
 
 /// A per-class counter: its descriptor, which field of [`ClassTotals`] it exports, and whether
@@ -129,7 +143,10 @@ pub fn counters(s: &Snapshot) -> Vec<MetricFamily> {
                 .classes
                 .iter()
                 .filter(|(_, t)| c.with_zeros || (c.get)(t) > 0)
-                .map(|((dev, class), t)| c.desc.counter(&class_label_values(dev, *class), (c.get)(t) as f64))
+                .map(|((dev, class), t)| {
+                    c.desc
+                        .counter(&class_label_values(dev, *class), (c.get)(t) as f64)
+                })
                 .collect();
             c.desc.family(series)
         })
@@ -142,7 +159,10 @@ pub fn errors(s: &Snapshot) -> MetricFamily {
         .errors
         .iter()
         .map(|((dev, class, status), n)| {
-            REQUEST_ERRORS.counter(&[dev.as_str(), class.op().name(), &status_name(*status)], *n as f64)
+            REQUEST_ERRORS.counter(
+                &[dev.as_str(), class.op().name(), &status_name(*status)],
+                *n as f64,
+            )
         })
         .collect();
     REQUEST_ERRORS.family(series)

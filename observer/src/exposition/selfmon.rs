@@ -41,8 +41,12 @@ pub const CLOCK_ANOMALIES: MetricDesc = MetricDesc {
 };
 
 /// Entries in a BPF map now.
-pub const MAP_ENTRIES: MetricDesc =
-    MetricDesc { name: "blkobs_map_entries", help: "Entries in a BPF map now.", kind: MetricType::GAUGE, labels: &["map"] };
+pub const MAP_ENTRIES: MetricDesc = MetricDesc {
+    name: "blkobs_map_entries",
+    help: "Entries in a BPF map now.",
+    kind: MetricType::GAUGE,
+    labels: &["map"],
+};
 
 /// Capacity of a BPF map.
 pub const MAP_CAPACITY: MetricDesc = MetricDesc {
@@ -64,7 +68,9 @@ pub const BUILD_INFO: MetricDesc = MetricDesc {
 pub fn families(s: &Snapshot, info: &AttachInfo) -> Vec<MetricFamily> {
     let c = &s.counters;
     vec![
-        UNTRACKED_COMPLETIONS.family(vec![UNTRACKED_COMPLETIONS.counter(&[], c.untracked_completions as f64)]),
+        UNTRACKED_COMPLETIONS.family(vec![
+            UNTRACKED_COMPLETIONS.counter(&[], c.untracked_completions as f64)
+        ]),
         DROPPED_REQUESTS.family(vec![
             DROPPED_REQUESTS.counter(&["inflight_map_full"], c.inflight_full as f64),
             DROPPED_REQUESTS.counter(&["stats_map_full"], c.stats_full as f64),

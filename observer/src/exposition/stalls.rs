@@ -69,7 +69,14 @@ pub fn families(s: &Snapshot, history: &History, filter: &DeviceFilter) -> Vec<M
     }
     let dropped = vec![
         EVENTS_DROPPED.counter(&["ringbuf_full"], s.counters.events_dropped as f64),
-        EVENTS_DROPPED.counter(&["history_full"], (history.slow_overflow + history.episode_overflow) as f64),
+        EVENTS_DROPPED.counter(
+            &["history_full"],
+            (history.slow_overflow + history.episode_overflow) as f64,
+        ),
     ];
-    vec![STALL_EPISODES.family(episodes), STALL_SECONDS.family(seconds), EVENTS_DROPPED.family(dropped)]
+    vec![
+        STALL_EPISODES.family(episodes),
+        STALL_SECONDS.family(seconds),
+        EVENTS_DROPPED.family(dropped),
+    ]
 }

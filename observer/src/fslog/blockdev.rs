@@ -38,7 +38,10 @@ pub struct BlockDev {
 fn read_trim(path: &Path) -> Result<String, FsLogError> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
-        .map_err(|source| FsLogError::Io { path: path.display().to_string(), source })
+        .map_err(|source| FsLogError::Io {
+            path: path.display().to_string(),
+            source,
+        })
 }
 
 fn parse_devno(s: &str) -> Option<(u32, u32)> {
@@ -47,17 +50,35 @@ fn parse_devno(s: &str) -> Option<(u32, u32)> {
 }
 
 /// Resolves a block device number through `sys_dev_block` (normally `/sys/dev/block`).
-pub fn block_dev(sys_dev_block: &Path, dev_root: &Path, major: u32, minor: u32) -> Result<BlockDev, FsLogError> {
+pub fn block_dev(
+    sys_dev_block: &Path,
+    dev_root: &Path,
+    major: u32,
+    minor: u32,
+) -> Result<BlockDev, FsLogError> {
     let id = format!("{major}:{minor}");
     let link = sys_dev_block.join(&id);
-    let dir = std::fs::canonicalize(&link).map_err(|source| FsLogError::Io { path: link.display().to_string(), source })?;
-    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = std::fs::canonicalize(&link).map_err(|source| FsLogError::Io {
+        path: link.display().to_string(),
+        source,
+    })?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let sectors: u64 = read_trim(&dir.join("size"))?.parse().unwrap_or(0);
     let (disk, disk_dev, start) = if dir.join("partition").exists() {
         let parent = dir.parent().unwrap_or(&dir);
         let start: u64 = read_trim(&dir.join("start"))?.parse().unwrap_or(0);
         let ddev = read_trim(&parent.join("dev"))?;
-        (parent.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), ddev, start)
+        (
+            parent
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            ddev,
+            start,
+        )
     } else {
         (name.clone(), id.clone(), 0)
     };
@@ -65,7 +86,10 @@ pub fn block_dev(sys_dev_block: &Path, dev_root: &Path, major: u32, minor: u32) 
     // DEVNAME from uevent gives the node under /dev (e.g. "loop3p1", "mapper/.." is dm-N).
     let devname = std::fs::read_to_string(dir.join("uevent"))
         .ok()
-        .and_then(|u| u.lines().find_map(|l| l.strip_prefix("DEVNAME=").map(str::to_string)))
+        .and_then(|u| {
+            u.lines()
+                .find_map(|l| l.strip_prefix("DEVNAME=").map(str::to_string))
+        })
         .unwrap_or_else(|| name.clone());
     Ok(BlockDev {
         node: dev_root.join(&devname).display().to_string(),
@@ -86,12 +110,29 @@ pub fn block_dev(sys_dev_block: &Path, dev_root: &Path, major: u32, minor: u32) 
 ///
 /// `fallback` is the mount source (a path in the mount table's namespace, mapped under
 /// [`Sources::dev_root`]); every candidate must be a block device with the expected number.
-pub(super) fn open_dev(bd: &BlockDev, fallback: Option<&str>, sources: &Sources) -> Result<(File, String), FsLogError> {
+pub(super) fn open_dev(
+    bd: &BlockDev,
+    fallback: Option<&str>,
+    sources: &Sources,
+) -> Result<(File, String), FsLogError> {
     let want = parse_devno(&bd.dev).map(|(a, b)| libc::makedev(a, b));
     let mut tried = Vec::new();
-    let candidates = [Some(bd.node.clone()), fallback.and_then(|f| sources.dev_path(f)), Some(sources.dev_root.join("block").join(&bd.dev).display().to_string())];
+    let candidates = [
+        Some(bd.node.clone()),
+        fallback.and_then(|f| sources.dev_path(f)),
+        Some(
+            sources
+                .dev_root
+                .join("block")
+                .join(&bd.dev)
+                .display()
+                .to_string(),
+        ),
+    ];
     for path in candidates.iter().flatten() {
-        let ok = std::fs::metadata(path).map(|m| m.file_type().is_block_device() && Some(m.rdev()) == want).unwrap_or(false);
+        let ok = std::fs::metadata(path)
+            .map(|m| m.file_type().is_block_device() && Some(m.rdev()) == want)
+            .unwrap_or(false);
         if !ok {
             tried.push(path.to_string());
             continue;
@@ -102,13 +143,22 @@ pub(super) fn open_dev(bd: &BlockDev, fallback: Option<&str>, sources: &Sources)
             .open(path)
             .or_else(|_| std::fs::OpenOptions::new().read(true).open(path))
             .map_err(|source| match source.raw_os_error() {
-                Some(libc::EACCES | libc::EPERM) => FsLogError::Denied { path: path.to_string(), source },
-                _ => FsLogError::Io { path: path.to_string(), source },
+                Some(libc::EACCES | libc::EPERM) => FsLogError::Denied {
+                    path: path.to_string(),
+                    source,
+                },
+                _ => FsLogError::Io {
+                    path: path.to_string(),
+                    source,
+                },
             })?;
         return Ok((f, path.to_string()));
     }
     debug!(dev = %bd.dev, ?tried, "no matching device node");
-    Err(FsLogError::NoNode { dev: bd.dev.clone(), dev_root: sources.dev_root.display().to_string() })
+    Err(FsLogError::NoNode {
+        dev: bd.dev.clone(),
+        dev_root: sources.dev_root.display().to_string(),
+    })
 }
 
 /// Reads `len` bytes at byte `off`, with the alignment `O_DIRECT` needs (4 KiB).
@@ -121,7 +171,7 @@ impl ReadAt for File {
     fn read_exact_at_off(&self, off: u64, len: usize) -> io::Result<Vec<u8>> {
         const ALIGN: u64 = 4096;
         let a_off = off / ALIGN * ALIGN;
-        let a_len = ((off + len as u64 + ALIGN - 1) / ALIGN * ALIGN - a_off) as usize;
+        let a_len = ((off + len as u64).div_ceil(ALIGN) * ALIGN - a_off) as usize;
         let mut raw = vec![0u8; a_len + ALIGN as usize];
         let shift = raw.as_ptr().align_offset(ALIGN as usize);
         let buf = &mut raw[shift..shift + a_len];
@@ -135,7 +185,10 @@ impl ReadAt for File {
         }
         let skip = (off - a_off) as usize;
         if done < skip + len {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "short read: device smaller than the superblock says"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "short read: device smaller than the superblock says",
+            ));
         }
         Ok(buf[skip..skip + len].to_vec())
     }
@@ -143,10 +196,15 @@ impl ReadAt for File {
 
 impl ReadAt for [u8] {
     fn read_exact_at_off(&self, off: u64, len: usize) -> io::Result<Vec<u8>> {
-        let end = off.checked_add(len as u64).filter(|&e| e <= self.len() as u64);
+        let end = off
+            .checked_add(len as u64)
+            .filter(|&e| e <= self.len() as u64);
         match end {
             Some(e) => Ok(self[off as usize..e as usize].to_vec()),
-            None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "beyond the image")),
+            None => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "beyond the image",
+            )),
         }
     }
 }

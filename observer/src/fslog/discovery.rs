@@ -85,9 +85,6 @@ pub struct Filesystem {
     pub warning: Option<String>,
 }
 
-/// Outcome of log discovery for one filesystem (`log_status` in `/devices`, `status` label of
-/// `blkobs_fs_log_status`).
-
 /// The result of one discovery.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Discovery {
@@ -106,7 +103,10 @@ pub struct Discovery {
 /// Runs discovery once on the given mountinfo text.
 pub fn discover(mountinfo: &str, sources: &Sources) -> Discovery {
     let mut d = Discovery {
-        updated_unix: SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|t| t.as_secs()).unwrap_or(0),
+        updated_unix: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|t| t.as_secs())
+            .unwrap_or(0),
         ..Default::default()
     };
     let mut by_dev: BTreeMap<(u32, u32), usize> = BTreeMap::new();
@@ -121,14 +121,23 @@ pub fn discover(mountinfo: &str, sources: &Sources) -> Discovery {
         let bd = match block_dev(&sources.sys_dev_block, &sources.dev_root, m.dev.0, m.dev.1) {
             Ok(bd) => bd,
             Err(e) => {
-                d.warnings.push(format!("{} ({}): {e}", m.mountpoint, m.fstype));
+                d.warnings
+                    .push(format!("{} ({}): {e}", m.mountpoint, m.fstype));
                 continue;
             }
         };
-        let result = if m.fstype == "xfs" { xfs_logs(&m, &bd, sources) } else { ext4_logs(&m, &bd, sources) };
+        let result = if m.fstype == "xfs" {
+            xfs_logs(&m, &bd, sources)
+        } else {
+            ext4_logs(&m, &bd, sources)
+        };
         let (log, log_unit, log_status, warning) = match result {
             Ok((log, unit)) => {
-                let st = if log.is_empty() { LogStatus::NoJournal } else { LogStatus::Found };
+                let st = if log.is_empty() {
+                    LogStatus::NoJournal
+                } else {
+                    LogStatus::Found
+                };
                 (log, unit, st, None)
             }
             Err(e) => {

@@ -71,6 +71,8 @@ pub enum FsLogError {
     },
 }
 
+/// Outcome of log discovery for one filesystem (`log_status` in `/devices`, `status` label of
+/// `blkobs_fs_log_status`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogStatus {
@@ -110,8 +112,14 @@ impl FsLogError {
     pub fn status(&self) -> LogStatus {
         match self {
             FsLogError::Denied { .. } => LogStatus::Unreadable,
-            FsLogError::Io { source, .. } if matches!(source.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => LogStatus::Unreadable,
-            FsLogError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => LogStatus::NoDeviceNode,
+            FsLogError::Io { source, .. }
+                if matches!(source.raw_os_error(), Some(libc::EACCES | libc::EPERM)) =>
+            {
+                LogStatus::Unreadable
+            }
+            FsLogError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                LogStatus::NoDeviceNode
+            }
             FsLogError::Io { .. } => LogStatus::IoError,
             FsLogError::NoNode { .. } => LogStatus::NoDeviceNode,
             FsLogError::Magic { .. } | FsLogError::Corrupt { .. } => LogStatus::Invalid,
@@ -126,15 +134,34 @@ mod tests {
 
     #[test]
     fn error_status() {
-        let io = |e: i32| FsLogError::Io { path: "x".into(), source: io::Error::from_raw_os_error(e) };
+        let io = |e: i32| FsLogError::Io {
+            path: "x".into(),
+            source: io::Error::from_raw_os_error(e),
+        };
         assert_eq!(io(libc::EACCES).status(), LogStatus::Unreadable);
         assert_eq!(io(libc::EPERM).status(), LogStatus::Unreadable);
         assert_eq!(io(libc::ENOENT).status(), LogStatus::NoDeviceNode);
         assert_eq!(io(libc::EIO).status(), LogStatus::IoError);
-        let denied = FsLogError::Denied { path: "/dev/sda".into(), source: io::Error::from_raw_os_error(libc::EACCES) };
+        let denied = FsLogError::Denied {
+            path: "/dev/sda".into(),
+            source: io::Error::from_raw_os_error(libc::EACCES),
+        };
         assert_eq!(denied.status(), LogStatus::Unreadable);
-        assert!(denied.to_string().contains("SupplementaryGroups=disk"), "{denied}");
-        assert_eq!(FsLogError::NoNode { dev: "7:0".into(), dev_root: "/dev".into() }.status(), LogStatus::NoDeviceNode);
-        assert_eq!(LogStatus::ExternalLogMissing.as_str(), "external_log_missing");
+        assert!(
+            denied.to_string().contains("SupplementaryGroups=disk"),
+            "{denied}"
+        );
+        assert_eq!(
+            FsLogError::NoNode {
+                dev: "7:0".into(),
+                dev_root: "/dev".into()
+            }
+            .status(),
+            LogStatus::NoDeviceNode
+        );
+        assert_eq!(
+            LogStatus::ExternalLogMissing.as_str(),
+            "external_log_missing"
+        );
     }
 }

@@ -57,17 +57,35 @@ impl Ext4Super {
     pub fn parse(sb: &[u8], device: &str) -> Result<Ext4Super, FsLogError> {
         let check = format!("`dumpe2fs -h {device}`");
         if sb.len() < 1024 || le16(sb, 56) != EXT4_MAGIC {
-            return Err(FsLogError::Magic { device: device.into(), fstype: "ext4", magic: if sb.len() >= 58 { le16(sb, 56) as u32 } else { 0 }, check });
+            return Err(FsLogError::Magic {
+                device: device.into(),
+                fstype: "ext4",
+                magic: if sb.len() >= 58 {
+                    le16(sb, 56) as u32
+                } else {
+                    0
+                },
+                check,
+            });
         }
         let log_bs = le32(sb, 24);
         let rev = le32(sb, 76);
         let incompat = le32(sb, 96);
-        let corrupt = |what: String| FsLogError::Corrupt { device: device.into(), fstype: "ext4", what, check: check.clone() };
+        let corrupt = |what: String| FsLogError::Corrupt {
+            device: device.into(),
+            fstype: "ext4",
+            what,
+            check: check.clone(),
+        };
         if log_bs > 6 {
             return Err(corrupt(format!("s_log_block_size {log_bs}")));
         }
         let inode_size = if rev == 0 { 128 } else { le16(sb, 88) };
-        let desc_size = if incompat & EXT4_INCOMPAT_64BIT != 0 { le16(sb, 254).max(32) } else { 32 };
+        let desc_size = if incompat & EXT4_INCOMPAT_64BIT != 0 {
+            le16(sb, 254).max(32)
+        } else {
+            32
+        };
         let s = Ext4Super {
             block_size: 1024 << log_bs,
             first_data_block: le32(sb, 20),
@@ -88,7 +106,10 @@ impl Ext4Super {
                 || !s.inode_size.is_power_of_two()
                 || !s.desc_size.is_power_of_two())
         {
-            return Err(corrupt(format!("s_inodes_per_group {} s_inode_size {} desc size {}", s.inodes_per_group, s.inode_size, s.desc_size)));
+            return Err(corrupt(format!(
+                "s_inodes_per_group {} s_inode_size {} desc size {}",
+                s.inodes_per_group, s.inode_size, s.desc_size
+            )));
         }
         Ok(s)
     }
@@ -105,11 +126,24 @@ impl Ext4Super {
 
     /// Physical block extents `(start block, blocks)` of inode `ino`, merged and sorted by
     /// logical order. Supports extent trees (any depth up to 5) and ext2/3 block maps.
-    pub fn inode_extents(&self, dev: &(impl ReadAt + ?Sized), ino: u32, device: &str) -> Result<Vec<(u64, u64)>, FsLogError> {
+    pub fn inode_extents(
+        &self,
+        dev: &(impl ReadAt + ?Sized),
+        ino: u32,
+        device: &str,
+    ) -> Result<Vec<(u64, u64)>, FsLogError> {
         let bs = self.block_size as u64;
         let check = format!("`debugfs -R 'stat <{ino}>' {device}`");
-        let corrupt = |what: String| FsLogError::Corrupt { device: device.into(), fstype: "ext4", what, check: check.clone() };
-        let io = |source: io::Error| FsLogError::Io { path: device.to_string(), source };
+        let corrupt = |what: String| FsLogError::Corrupt {
+            device: device.into(),
+            fstype: "ext4",
+            what,
+            check: check.clone(),
+        };
+        let io = |source: io::Error| FsLogError::Io {
+            path: device.to_string(),
+            source,
+        };
         if ino == 0 {
             return Err(corrupt("inode 0".into()));
         }
@@ -117,7 +151,9 @@ impl Ext4Super {
         let index = (ino - 1) % self.inodes_per_group;
         // Group descriptors follow the superblock's block (also with META_BG for the first groups).
         let gdt = (self.first_data_block as u64 + 1) * bs + group as u64 * self.desc_size as u64;
-        let gd = dev.read_exact_at_off(gdt, self.desc_size as usize).map_err(io)?;
+        let gd = dev
+            .read_exact_at_off(gdt, self.desc_size as usize)
+            .map_err(io)?;
         let mut itable = le32(&gd, 8) as u64;
         if self.desc_size >= 64 {
             itable |= (le32(&gd, 0x28) as u64) << 32;
@@ -125,10 +161,14 @@ impl Ext4Super {
         if itable == 0 {
             return Err(corrupt(format!("group {group} has no inode table")));
         }
-        let inode = dev.read_exact_at_off(itable * bs + index as u64 * self.inode_size as u64, 128).map_err(io)?;
+        let inode = dev
+            .read_exact_at_off(itable * bs + index as u64 * self.inode_size as u64, 128)
+            .map_err(io)?;
         let mode = le16(&inode, 0);
         if mode & 0o170000 != 0o100000 {
-            return Err(corrupt(format!("inode {ino} is not a regular file (mode {mode:o})")));
+            return Err(corrupt(format!(
+                "inode {ino} is not a regular file (mode {mode:o})"
+            )));
         }
         let flags = le32(&inode, 0x20);
         let i_block = &inode[0x28..0x28 + 60];
@@ -176,7 +216,9 @@ impl Ext4Super {
         let entries = le16(node, 2) as usize;
         let depth = le16(node, 6);
         if budget == 0 || 12 + entries * 12 > node.len() {
-            return Err(corrupt(format!("extent node with {entries} entries at depth {depth}")));
+            return Err(corrupt(format!(
+                "extent node with {entries} entries at depth {depth}"
+            )));
         }
         for i in 0..entries {
             let e = &node[12 + i * 12..24 + i * 12];
@@ -189,7 +231,9 @@ impl Ext4Super {
                 out.push((le32(e, 0) as u64, phys, len));
             } else {
                 let leaf = (le16(e, 8) as u64) << 32 | le32(e, 4) as u64;
-                let child = dev.read_exact_at_off(leaf * self.block_size as u64, self.block_size as usize).map_err(io)?;
+                let child = dev
+                    .read_exact_at_off(leaf * self.block_size as u64, self.block_size as usize)
+                    .map_err(io)?;
                 self.walk_extents(dev, &child, budget - 1, out, corrupt, io)?;
             }
         }
@@ -207,7 +251,12 @@ impl Ext4Super {
         if block == 0 {
             return Ok(());
         }
-        let data = dev.read_exact_at_off(block as u64 * self.block_size as u64, self.block_size as usize).map_err(io)?;
+        let data = dev
+            .read_exact_at_off(
+                block as u64 * self.block_size as u64,
+                self.block_size as usize,
+            )
+            .map_err(io)?;
         for i in 0..self.block_size as usize / 4 {
             let b = le32(&data, i * 4);
             if b == 0 {
@@ -223,9 +272,16 @@ impl Ext4Super {
     }
 }
 
-pub(super) fn ext4_logs(m: &MountEntry, bd: &BlockDev, sources: &Sources) -> Result<(Vec<LogExtent>, u32), FsLogError> {
+pub(super) fn ext4_logs(
+    m: &MountEntry,
+    bd: &BlockDev,
+    sources: &Sources,
+) -> Result<(Vec<LogExtent>, u32), FsLogError> {
     let (f, path) = open_dev(bd, Some(&m.source), sources)?;
-    let io = |source| FsLogError::Io { path: path.clone(), source };
+    let io = |source| FsLogError::Io {
+        path: path.clone(),
+        source,
+    };
     let sb = f.read_exact_at_off(1024, 1024).map_err(io)?;
     let s = Ext4Super::parse(&sb, &path)?;
     if !s.has_journal() {
@@ -234,22 +290,39 @@ pub(super) fn ext4_logs(m: &MountEntry, bd: &BlockDev, sources: &Sources) -> Res
     if s.journal_inum != 0 {
         let spb = s.block_size as u64 / 512;
         let runs = s.inode_extents(&f, s.journal_inum, &path)?;
-        let logs = runs.into_iter().map(|(b, n)| LogExtent::new(LogKind::Internal, bd, b * spb, n * spb)).collect();
+        let logs = runs
+            .into_iter()
+            .map(|(b, n)| LogExtent::new(LogKind::Internal, bd, b * spb, n * spb))
+            .collect();
         return Ok((logs, s.block_size));
     }
-    let ext = |what: String| FsLogError::ExternalLog { mountpoint: m.mountpoint.clone(), what };
+    let ext = |what: String| FsLogError::ExternalLog {
+        mountpoint: m.mountpoint.clone(),
+        what,
+    };
     if s.journal_dev == 0 {
         return Err(ext("s_journal_inum and s_journal_dev are both 0".into()));
     }
     let (maj, min) = decode_user_dev(s.journal_dev);
-    let jbd = block_dev(&sources.sys_dev_block, &sources.dev_root, maj, min).map_err(|e| ext(format!("s_journal_dev {maj}:{min}: {e}")))?;
+    let jbd = block_dev(&sources.sys_dev_block, &sources.dev_root, maj, min)
+        .map_err(|e| ext(format!("s_journal_dev {maj}:{min}: {e}")))?;
     let (jf, jpath) = open_dev(&jbd, None, sources)?;
-    let jsb = jf.read_exact_at_off(1024, 1024).map_err(|source| FsLogError::Io { path: jpath.clone(), source })?;
+    let jsb = jf
+        .read_exact_at_off(1024, 1024)
+        .map_err(|source| FsLogError::Io {
+            path: jpath.clone(),
+            source,
+        })?;
     let js = Ext4Super::parse(&jsb, &jpath)?;
     if !js.is_journal_dev() || js.uuid != s.journal_uuid {
-        return Err(ext(format!("{jpath} ({maj}:{min}) is not the journal device with the UUID in s_journal_uuid")));
+        return Err(ext(format!(
+            "{jpath} ({maj}:{min}) is not the journal device with the UUID in s_journal_uuid"
+        )));
     }
-    Ok((vec![LogExtent::new(LogKind::External, &jbd, 0, jbd.sectors)], s.block_size))
+    Ok((
+        vec![LogExtent::new(LogKind::External, &jbd, 0, jbd.sectors)],
+        s.block_size,
+    ))
 }
 
 #[cfg(test)]
@@ -276,7 +349,10 @@ mod tests {
         img[ib..ib + 2].copy_from_slice(&0xF30Au16.to_le_bytes());
         img[ib + 2..ib + 4].copy_from_slice(&2u16.to_le_bytes());
         // extents out of logical order, physically adjacent: merged into one run
-        for (i, (lblk, len, phys)) in [(10u32, 6u16, 40u32), (0u32, 10u16, 30u32)].iter().enumerate() {
+        for (i, (lblk, len, phys)) in [(10u32, 6u16, 40u32), (0u32, 10u16, 30u32)]
+            .iter()
+            .enumerate()
+        {
             let e = ib + 12 + i * 12;
             img[e..e + 4].copy_from_slice(&lblk.to_le_bytes());
             img[e + 4..e + 6].copy_from_slice(&len.to_le_bytes());
@@ -284,7 +360,10 @@ mod tests {
         }
         let s = Ext4Super::parse(&img[1024..2048], "t").unwrap();
         assert_eq!(s.block_size, 1024);
-        assert_eq!(s.inode_extents(img.as_slice(), 8, "t").unwrap(), vec![(30, 16)]);
+        assert_eq!(
+            s.inode_extents(img.as_slice(), 8, "t").unwrap(),
+            vec![(30, 16)]
+        );
 
         // Same inode as a block map: 12 direct blocks 100..112, indirect block 20 → 112, 113, 200.
         img[ino + 0x20..ino + 0x24].copy_from_slice(&0u32.to_le_bytes());
@@ -295,12 +374,18 @@ mod tests {
         for (i, b) in [112u32, 113, 200].iter().enumerate() {
             img[20 * 1024 + i * 4..20 * 1024 + i * 4 + 4].copy_from_slice(&b.to_le_bytes());
         }
-        assert_eq!(s.inode_extents(img.as_slice(), 8, "t").unwrap(), vec![(100, 14), (200, 1)]);
+        assert_eq!(
+            s.inode_extents(img.as_slice(), 8, "t").unwrap(),
+            vec![(100, 14), (200, 1)]
+        );
 
         // Corrupt extent header → error, no panic.
         img[ino + 0x20..ino + 0x24].copy_from_slice(&EXT4_EXTENTS_FL.to_le_bytes());
         img[ib..ib + 2].copy_from_slice(&0u16.to_le_bytes());
         assert!(s.inode_extents(img.as_slice(), 8, "t").is_err());
-        assert!(matches!(Ext4Super::parse(&[0u8; 1024], "t"), Err(FsLogError::Magic { .. })));
+        assert!(matches!(
+            Ext4Super::parse(&[0u8; 1024], "t"),
+            Err(FsLogError::Magic { .. })
+        ));
     }
 }

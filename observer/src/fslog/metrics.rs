@@ -36,13 +36,34 @@ pub fn render_metrics(d: &Discovery) -> String {
     let mut sectors = Vec::new();
     let mut status = Vec::new();
     for fs in &d.filesystems {
-        let (fs_device, fstype, mountpoint) = (fs.device.name.as_str(), fs.fstype.as_str(), fs.mountpoints[0].as_str());
+        let (fs_device, fstype, mountpoint) = (
+            fs.device.name.as_str(),
+            fs.fstype.as_str(),
+            fs.mountpoints[0].as_str(),
+        );
         for e in &fs.log {
-            let kind = if e.kind == LogKind::Internal { "internal" } else { "external" };
-            let values = [e.disk.as_str(), fs_device, fstype, mountpoint, kind, &e.start.to_string()];
+            let kind = if e.kind == LogKind::Internal {
+                "internal"
+            } else {
+                "external"
+            };
+            let values = [
+                e.disk.as_str(),
+                fs_device,
+                fstype,
+                mountpoint,
+                kind,
+                &e.start.to_string(),
+            ];
             sectors.push(FS_LOG_SECTORS.gauge(&values, e.sectors as f64));
         }
-        let values = [fs.device.disk.as_str(), fs_device, fstype, mountpoint, fs.log_status.as_str()];
+        let values = [
+            fs.device.disk.as_str(),
+            fs_device,
+            fstype,
+            mountpoint,
+            fs.log_status.as_str(),
+        ];
         status.push(FS_LOG_STATUS.gauge(&values, 1.0));
     }
     encode(vec![

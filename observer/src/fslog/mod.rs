@@ -25,7 +25,6 @@
 //! and shown in `/devices` with a [`LogStatus`], and in `blkobs_fs_log_status`), never fatal. Stacked devices (device-mapper, md) are not mapped to
 //! their underlying disks: their filesystems are listed without ranges.
 
-
 mod blockdev;
 mod discovery;
 mod error;
@@ -58,7 +57,6 @@ pub const FORCE_REFRESH: Duration = Duration::from_secs(30);
 
 /// Filesystem types whose logs are found.
 pub const SUPPORTED: [&str; 4] = ["xfs", "ext4", "ext3", "ext2"];
-
 
 /// A fixed discovery (two filesystems, one with internal and external log ranges, one
 /// unreadable) for exposition tests.

@@ -24,7 +24,10 @@ pub(super) fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
             i += 4;
         } else {
@@ -59,7 +62,8 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
 
 /// The value of `key=value` in a comma-separated mount option string, e.g. `logdev`.
 pub fn option_value<'a>(opts: &'a str, key: &str) -> Option<&'a str> {
-    opts.split(',').find_map(|o| o.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+    opts.split(',')
+        .find_map(|o| o.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
 }
 
 #[cfg(test)]
@@ -74,7 +78,10 @@ mod tests {
         assert_eq!(m.len(), 2);
         assert_eq!(m[0].mountpoint, "/mnt/a b");
         assert_eq!(m[0].dev, (98, 0));
-        assert_eq!(option_value(&m[0].super_options, "logdev"), Some("/dev/loop4"));
+        assert_eq!(
+            option_value(&m[0].super_options, "logdev"),
+            Some("/dev/loop4")
+        );
         assert_eq!(m[1].fstype, "ext4");
     }
 }

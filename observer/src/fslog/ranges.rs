@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use aya::maps::{Array, MapData};
-use observer_common::maps::{dev_major, dev_minor, dev_slot, LogRanges, SectorRange, DEV_SLOTS, LOG_RANGES_MAX};
+use observer_common::maps::{
+    dev_major, dev_minor, dev_slot, LogRanges, SectorRange, DEV_SLOTS, LOG_RANGES_MAX,
+};
 use serde::Serialize;
 use tracing::warn;
 
@@ -69,12 +71,20 @@ pub(super) type DiskRanges = BTreeMap<u32, (String, Vec<SectorRange>)>;
 /// touching ranges joined) and bounds each disk to [`LOG_RANGES_MAX`] ranges. Returns the
 /// ranges by disk name (for `/devices`), by disk key (for `LOG_RANGES`), and a warning per
 /// disk that had more ranges than fit.
-pub(super) fn merge_per_disk(filesystems: &[super::Filesystem]) -> (BTreeMap<String, Vec<Range>>, DiskRanges, Vec<String>) {
+pub(super) fn merge_per_disk(
+    filesystems: &[super::Filesystem],
+) -> (BTreeMap<String, Vec<Range>>, DiskRanges, Vec<String>) {
     let mut per: DiskRanges = BTreeMap::new();
     let mut warnings = Vec::new();
     for fs in filesystems {
         for e in &fs.log {
-            per.entry(e.disk_key).or_insert_with(|| (e.disk.clone(), Vec::new())).1.push(SectorRange { start: e.start, end: e.end });
+            per.entry(e.disk_key)
+                .or_insert_with(|| (e.disk.clone(), Vec::new()))
+                .1
+                .push(SectorRange {
+                    start: e.start,
+                    end: e.end,
+                });
         }
     }
     for (name, ranges) in per.values_mut() {
@@ -97,7 +107,18 @@ pub(super) fn merge_per_disk(filesystems: &[super::Filesystem]) -> (BTreeMap<Str
     }
     let by_name = per
         .values()
-        .map(|(n, r)| (n.clone(), r.iter().map(|r| Range { start: r.start, end: r.end, sectors: r.end - r.start }).collect()))
+        .map(|(n, r)| {
+            (
+                n.clone(),
+                r.iter()
+                    .map(|r| Range {
+                        start: r.start,
+                        end: r.end,
+                        sectors: r.end - r.start,
+                    })
+                    .collect(),
+            )
+        })
         .collect();
     (by_name, per, warnings)
 }
@@ -110,7 +131,10 @@ mod tests {
     fn ranges_contain() {
         let mut r = LogRanges::default();
         r.ranges[0] = SectorRange { start: 10, end: 20 };
-        r.ranges[1] = SectorRange { start: 100, end: 101 };
+        r.ranges[1] = SectorRange {
+            start: 100,
+            end: 101,
+        };
         r.count = 2;
         assert!(r.contains(10) && r.contains(19) && r.contains(100));
         assert!(!r.contains(20) && !r.contains(9) && !r.contains(101) && !r.contains(0));

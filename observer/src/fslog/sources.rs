@@ -16,7 +16,11 @@ pub struct Sources {
 
 impl Default for Sources {
     fn default() -> Self {
-        Sources { mountinfo: "/proc/self/mountinfo".into(), sys_dev_block: "/sys/dev/block".into(), dev_root: "/dev".into() }
+        Sources {
+            mountinfo: "/proc/self/mountinfo".into(),
+            sys_dev_block: "/sys/dev/block".into(),
+            dev_root: "/dev".into(),
+        }
     }
 }
 
@@ -56,7 +60,10 @@ mod tests {
         assert_eq!(s.mountinfo, Path::new("/host/proc/1/mountinfo"));
         assert_eq!(s.dev_root, Path::new("/host/dev"));
         assert_eq!(s.dev_path("/dev/loop3").as_deref(), Some("/host/dev/loop3"));
-        assert_eq!(s.dev_path("/dev/mapper/vg-lv").as_deref(), Some("/host/dev/mapper/vg-lv"));
+        assert_eq!(
+            s.dev_path("/dev/mapper/vg-lv").as_deref(),
+            Some("/host/dev/mapper/vg-lv")
+        );
         assert_eq!(s.dev_path("/srv/img"), None);
         let d = Sources::for_host_root(Some(Path::new("/")));
         assert_eq!(d.mountinfo, Path::new("/proc/self/mountinfo"));

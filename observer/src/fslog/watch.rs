@@ -96,7 +96,11 @@ fn wait_mountinfo_change(path: &Path, timeout: Duration) {
     // The kernel reports a change relative to what this open file has seen: read it first.
     let mut sink = Vec::new();
     let _ = f.read_to_end(&mut sink);
-    let mut pfd = libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLPRI | libc::POLLERR, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd: f.as_raw_fd(),
+        events: libc::POLLPRI | libc::POLLERR,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd.
     let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
     if n > 0 {

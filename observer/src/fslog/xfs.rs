@@ -42,7 +42,12 @@ impl XfsSuper {
     pub fn parse(sb: &[u8], device: &str) -> Result<XfsSuper, FsLogError> {
         let check = format!("`xfs_db -r -c 'sb 0' -c print {device}`");
         if sb.len() < 200 || be32(sb, 0) != XFS_MAGIC {
-            return Err(FsLogError::Magic { device: device.into(), fstype: "xfs", magic: if sb.len() >= 4 { be32(sb, 0) } else { 0 }, check });
+            return Err(FsLogError::Magic {
+                device: device.into(),
+                fstype: "xfs",
+                magic: if sb.len() >= 4 { be32(sb, 0) } else { 0 },
+                check,
+            });
         }
         let s = XfsSuper {
             blocksize: be32(sb, 4),
@@ -55,20 +60,44 @@ impl XfsSuper {
             logsectsize: be16(sb, 194),
         };
         let blocklog = sb[120];
-        let corrupt = |what: String| FsLogError::Corrupt { device: device.into(), fstype: "xfs", what, check: check.clone() };
-        if !s.blocksize.is_power_of_two() || !(512..=65536).contains(&s.blocksize) || 1u32 << blocklog != s.blocksize {
-            return Err(corrupt(format!("sb_blocksize {} / sb_blocklog {blocklog}", s.blocksize)));
+        let corrupt = |what: String| FsLogError::Corrupt {
+            device: device.into(),
+            fstype: "xfs",
+            what,
+            check: check.clone(),
+        };
+        if !s.blocksize.is_power_of_two()
+            || !(512..=65536).contains(&s.blocksize)
+            || 1u32 << blocklog != s.blocksize
+        {
+            return Err(corrupt(format!(
+                "sb_blocksize {} / sb_blocklog {blocklog}",
+                s.blocksize
+            )));
         }
-        if s.agcount == 0 || s.agblocks == 0 || s.agblklog > 31 || (1u64 << s.agblklog) < s.agblocks as u64 {
-            return Err(corrupt(format!("sb_agcount {} sb_agblocks {} sb_agblklog {}", s.agcount, s.agblocks, s.agblklog)));
+        if s.agcount == 0
+            || s.agblocks == 0
+            || s.agblklog > 31
+            || (1u64 << s.agblklog) < s.agblocks as u64
+        {
+            return Err(corrupt(format!(
+                "sb_agcount {} sb_agblocks {} sb_agblklog {}",
+                s.agcount, s.agblocks, s.agblklog
+            )));
         }
         if s.logblocks == 0 {
             return Err(corrupt("sb_logblocks 0".into()));
         }
         if s.logstart != 0 {
             let (agno, agbno) = s.ag_split(s.logstart);
-            if agno >= s.agcount as u64 || agbno >= s.agblocks as u64 || s.log_daddr() + s.log_sectors() > s.dblocks * s.sectors_per_block() {
-                return Err(corrupt(format!("log (sb_logstart {}, sb_logblocks {}) outside the {} data blocks", s.logstart, s.logblocks, s.dblocks)));
+            if agno >= s.agcount as u64
+                || agbno >= s.agblocks as u64
+                || s.log_daddr() + s.log_sectors() > s.dblocks * s.sectors_per_block()
+            {
+                return Err(corrupt(format!(
+                    "log (sb_logstart {}, sb_logblocks {}) outside the {} data blocks",
+                    s.logstart, s.logblocks, s.dblocks
+                )));
             }
         }
         Ok(s)
@@ -99,28 +128,70 @@ impl XfsSuper {
     }
 }
 
-pub(super) fn xfs_logs(m: &MountEntry, bd: &BlockDev, sources: &Sources) -> Result<(Vec<LogExtent>, u32), FsLogError> {
+pub(super) fn xfs_logs(
+    m: &MountEntry,
+    bd: &BlockDev,
+    sources: &Sources,
+) -> Result<(Vec<LogExtent>, u32), FsLogError> {
     let (f, path) = open_dev(bd, Some(&m.source), sources)?;
-    let sb = f.read_exact_at_off(0, 512).map_err(|source| FsLogError::Io { path: path.clone(), source })?;
+    let sb = f
+        .read_exact_at_off(0, 512)
+        .map_err(|source| FsLogError::Io {
+            path: path.clone(),
+            source,
+        })?;
     let s = XfsSuper::parse(&sb, &path)?;
-    let unit = if s.logsectsize == 0 { 512 } else { s.logsectsize as u32 };
+    let unit = if s.logsectsize == 0 {
+        512
+    } else {
+        s.logsectsize as u32
+    };
     if !s.external_log() {
-        return Ok((vec![LogExtent::new(LogKind::Internal, bd, s.log_daddr(), s.log_sectors())], unit));
+        return Ok((
+            vec![LogExtent::new(
+                LogKind::Internal,
+                bd,
+                s.log_daddr(),
+                s.log_sectors(),
+            )],
+            unit,
+        ));
     }
-    let ext = |what: String| FsLogError::ExternalLog { mountpoint: m.mountpoint.clone(), what };
-    let logdev = option_value(&m.super_options, "logdev").ok_or_else(|| ext("sb_logstart is 0 but no logdev= mount option".into()))?;
+    let ext = |what: String| FsLogError::ExternalLog {
+        mountpoint: m.mountpoint.clone(),
+        what,
+    };
+    let logdev = option_value(&m.super_options, "logdev")
+        .ok_or_else(|| ext("sb_logstart is 0 but no logdev= mount option".into()))?;
     let logdev = unescape(logdev);
     let here = sources.dev_path(&logdev).unwrap_or_else(|| logdev.clone());
-    let rdev = std::fs::metadata(&here).map_err(|e| ext(format!("{logdev} (looked at {here}): {e}")))?.rdev();
-    let lbd = block_dev(&sources.sys_dev_block, &sources.dev_root, libc::major(rdev), libc::minor(rdev))?;
-    Ok((vec![LogExtent::new(LogKind::External, &lbd, 0, lbd.sectors)], unit))
+    let rdev = std::fs::metadata(&here)
+        .map_err(|e| ext(format!("{logdev} (looked at {here}): {e}")))?
+        .rdev();
+    let lbd = block_dev(
+        &sources.sys_dev_block,
+        &sources.dev_root,
+        libc::major(rdev),
+        libc::minor(rdev),
+    )?;
+    Ok((
+        vec![LogExtent::new(LogKind::External, &lbd, 0, lbd.sectors)],
+        unit,
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn xfs_sb(blocksize: u32, agblocks: u32, agcount: u32, agblklog: u8, logstart: u64, logblocks: u32) -> Vec<u8> {
+    fn xfs_sb(
+        blocksize: u32,
+        agblocks: u32,
+        agcount: u32,
+        agblklog: u8,
+        logstart: u64,
+        logblocks: u32,
+    ) -> Vec<u8> {
         let mut b = vec![0u8; 512];
         b[0..4].copy_from_slice(&XFS_MAGIC.to_be_bytes());
         b[4..8].copy_from_slice(&blocksize.to_be_bytes());
@@ -145,11 +216,26 @@ mod tests {
 
     #[test]
     fn xfs_bad_superblocks_are_errors() {
-        assert!(matches!(XfsSuper::parse(&[0u8; 512], "t"), Err(FsLogError::Magic { .. })));
-        assert!(matches!(XfsSuper::parse(&xfs_sb(4000, 16000, 4, 14, 5, 10), "t"), Err(FsLogError::Corrupt { .. })));
+        assert!(matches!(
+            XfsSuper::parse(&[0u8; 512], "t"),
+            Err(FsLogError::Magic { .. })
+        ));
+        assert!(matches!(
+            XfsSuper::parse(&xfs_sb(4000, 16000, 4, 14, 5, 10), "t"),
+            Err(FsLogError::Corrupt { .. })
+        ));
         // log beyond the AG count
-        assert!(matches!(XfsSuper::parse(&xfs_sb(4096, 16000, 4, 14, 9 << 14, 10), "t"), Err(FsLogError::Corrupt { .. })));
-        assert!(matches!(XfsSuper::parse(&xfs_sb(4096, 16000, 4, 14, 5, 0), "t"), Err(FsLogError::Corrupt { .. })));
-        assert!(matches!(XfsSuper::parse(&[1u8; 3], "t"), Err(FsLogError::Magic { .. })));
+        assert!(matches!(
+            XfsSuper::parse(&xfs_sb(4096, 16000, 4, 14, 9 << 14, 10), "t"),
+            Err(FsLogError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            XfsSuper::parse(&xfs_sb(4096, 16000, 4, 14, 5, 0), "t"),
+            Err(FsLogError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            XfsSuper::parse(&[1u8; 3], "t"),
+            Err(FsLogError::Magic { .. })
+        ));
     }
 }

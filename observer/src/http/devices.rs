@@ -85,7 +85,9 @@ pub struct DevicesBody {
 }
 
 fn read(p: &Path) -> String {
-    std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string(p)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// Builds the body from sysfs (`sys_block`, normally `/sys/block`: `size`, `dev`,
@@ -94,7 +96,11 @@ fn read(p: &Path) -> String {
 pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
     let mut devices = Vec::new();
     let mut names: Vec<String> = std::fs::read_dir(sys_block)
-        .map(|it| it.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|it| {
+            it.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     names.sort();
     for name in names {
@@ -127,7 +133,13 @@ pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
                     fstype: fs.fstype.clone(),
                     mountpoint: fs.mountpoints[0].clone(),
                     device: fs.device.name.clone(),
-                    role: match (data, log && fs.log.iter().any(|e| e.disk == name && e.kind == LogKind::Internal)) {
+                    role: match (
+                        data,
+                        log && fs
+                            .log
+                            .iter()
+                            .any(|e| e.disk == name && e.kind == LogKind::Internal),
+                    ) {
                         (true, true) => "data+log",
                         (true, false) => "data",
                         _ => "log",
@@ -147,7 +159,10 @@ pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
             device: name,
         });
     }
-    DevicesBody { devices, discovery: d }
+    DevicesBody {
+        devices,
+        discovery: d,
+    }
 }
 
 /// The handler: the body from `/sys/block` and the last discovery; 500 if that task fails.
@@ -155,6 +170,10 @@ pub async fn get_devices(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     let d = st.fslog.get();
     match tokio::task::spawn_blocking(move || body(Path::new("/sys/block"), d)).await {
         Ok(b) => Json(b).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("/devices failed: {e}\n")).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("/devices failed: {e}\n"),
+        )
+            .into_response(),
     }
 }

@@ -13,7 +13,10 @@ use super::{blocking, params::parse};
 use crate::{collect::snapshot::Snapshot, state::AppState, time::Clock};
 
 /// The handler: 400 on a bad parameter, else `{"now", "window_start", "histograms": [...]}`.
-pub async fn get_histograms(State(st): State<Arc<AppState>>, Query(q): Query<HashMap<String, String>>) -> Response {
+pub async fn get_histograms(
+    State(st): State<Arc<AppState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     let clock = Clock::now();
     let p = match parse(&q, &["device", "since"], &clock) {
         Ok(p) => p,

@@ -18,11 +18,23 @@ pub async fn get_metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
         let rt = st.runtime.read().expect("runtime lock").clone();
         let snap = Snapshot::read(&st.maps, &st.reaped, &rt.filter);
         let history = st.history.lock().expect("history lock");
-        exposition::render(&snap, &history, &rt.buckets, &st.info, &rt.filter) + &fslog::render_metrics(&st.fslog.get())
+        exposition::render(&snap, &history, &rt.buckets, &st.info, &rt.filter)
+            + &fslog::render_metrics(&st.fslog.get())
     })
     .await;
     match body {
-        Ok(body) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("scrape failed: {e}\n")).into_response(),
+        Ok(body) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("scrape failed: {e}\n"),
+        )
+            .into_response(),
     }
 }

@@ -40,5 +40,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// Runs `f` on the blocking pool (map reads are syscalls) and waits for it.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(f).await.expect("API worker panicked")
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("API worker panicked")
 }

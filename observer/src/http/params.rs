@@ -30,7 +30,10 @@ impl IntoResponse for ApiError {
 
 /// A 400 for `parameter` with message `error`.
 pub fn bad(parameter: &str, error: impl Into<String>) -> ApiError {
-    ApiError { error: error.into(), parameter: parameter.into() }
+    ApiError {
+        error: error.into(),
+        parameter: parameter.into(),
+    }
 }
 
 /// Query parameters shared by the endpoints, parsed; each endpoint says which it accepts.
@@ -49,10 +52,17 @@ pub struct Params {
 
 /// Parses query `q`, accepting only the parameters in `allowed`; `since` is converted with
 /// `clock`. The error names the first bad parameter.
-pub fn parse(q: &HashMap<String, String>, allowed: &[&str], clock: &Clock) -> Result<Params, ApiError> {
+pub fn parse(
+    q: &HashMap<String, String>,
+    allowed: &[&str],
+    clock: &Clock,
+) -> Result<Params, ApiError> {
     for k in q.keys() {
         if !allowed.contains(&k.as_str()) {
-            return Err(bad(k, format!("unknown parameter; accepted: {}", allowed.join(", "))));
+            return Err(bad(
+                k,
+                format!("unknown parameter; accepted: {}", allowed.join(", ")),
+            ));
         }
     }
     let since_ns = match q.get("since") {
@@ -67,13 +77,23 @@ pub fn parse(q: &HashMap<String, String>, allowed: &[&str], clock: &Clock) -> Re
     };
     let min_ns = q
         .get("min")
-        .map(|v| parse_duration_ns(v).ok_or_else(|| bad("min", format!("{v:?} is not a duration like 30s, 1.5m or 500ms"))))
+        .map(|v| {
+            parse_duration_ns(v).ok_or_else(|| {
+                bad(
+                    "min",
+                    format!("{v:?} is not a duration like 30s, 1.5m or 500ms"),
+                )
+            })
+        })
         .transpose()?;
     let limit = q
         .get("limit")
         .map(|v| match v.parse::<usize>() {
             Ok(n) if (1..=100_000).contains(&n) => Ok(n),
-            _ => Err(bad("limit", format!("{v:?} is not an integer in 1..=100000"))),
+            _ => Err(bad(
+                "limit",
+                format!("{v:?} is not an integer in 1..=100000"),
+            )),
         })
         .transpose()?;
     let json = q
@@ -87,10 +107,19 @@ pub fn parse(q: &HashMap<String, String>, allowed: &[&str], clock: &Clock) -> Re
     let device = q.get("device").cloned();
     if let Some(d) = &device {
         if d.is_empty() || d.chars().count() > 64 || d.contains('/') {
-            return Err(bad("device", "a kernel device name like vda, nvme0n1 or loop0"));
+            return Err(bad(
+                "device",
+                "a kernel device name like vda, nvme0n1 or loop0",
+            ));
         }
     }
-    Ok(Params { device, since_ns, min_ns, limit, json })
+    Ok(Params {
+        device,
+        since_ns,
+        min_ns,
+        limit,
+        json,
+    })
 }
 
 /// `<number><unit>`: digits with an optional fraction (up to 9 digits each), unit one of
@@ -108,29 +137,50 @@ fn parse_duration_ns(v: &str) -> Option<u64> {
         _ => return None,
     };
     let (int, frac) = num.split_once('.').unwrap_or((num, ""));
-    if int.is_empty() || int.len() > 9 || frac.len() > 9 || (num.contains('.') && frac.is_empty()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+    if int.is_empty()
+        || int.len() > 9
+        || frac.len() > 9
+        || (num.contains('.') && frac.is_empty())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     let int: u128 = int.parse().ok()?;
-    let frac_ns: u128 = if frac.is_empty() { 0 } else { frac.parse::<u128>().ok()? * unit_ns / 10u128.pow(frac.len() as u32) };
+    let frac_ns: u128 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<u128>().ok()? * unit_ns / 10u128.pow(frac.len() as u32)
+    };
     Some((int * unit_ns + frac_ns).min(u64::MAX as u128) as u64)
 }
 
 /// A Unix time in seconds: 10 digits with an optional fraction (up to 9 digits).
 fn parse_unix_time(v: &str) -> Option<std::time::SystemTime> {
     let (int, frac) = v.split_once('.').unwrap_or((v, ""));
-    if int.len() != 10 || !int.bytes().all(|b| b.is_ascii_digit()) || frac.len() > 9 || (v.contains('.') && frac.is_empty()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+    if int.len() != 10
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || frac.len() > 9
+        || (v.contains('.') && frac.is_empty())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     let secs: u64 = int.parse().ok()?;
-    let nanos: u64 = if frac.is_empty() { 0 } else { frac.parse::<u64>().ok()? * 10u64.pow(9 - frac.len() as u32) };
+    let nanos: u64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<u64>().ok()? * 10u64.pow(9 - frac.len() as u32)
+    };
     Some(std::time::UNIX_EPOCH + Duration::new(secs, nanos as u32))
 }
 
 /// Whether to answer in JSON: `format=` if given, else the `Accept` header.
 pub fn wants_json(p: &Params, headers: &HeaderMap) -> bool {
     p.json.unwrap_or_else(|| {
-        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("application/json"))
+        headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.contains("application/json"))
     })
 }
 
@@ -145,12 +195,30 @@ mod tests {
         assert_eq!(parse_duration_ns("500ms"), Some(500_000_000));
         assert_eq!(parse_duration_ns("0.000000001s"), Some(1));
         assert_eq!(parse_duration_ns("999999999h"), Some(u64::MAX)); // saturates
-        for bad in ["", "s", "5", "5 s", "-5s", "1.s", ".5s", "5sec", "1e3s", "5S", "1234567890s"] {
+        for bad in [
+            "",
+            "s",
+            "5",
+            "5 s",
+            "-5s",
+            "1.s",
+            ".5s",
+            "5sec",
+            "1e3s",
+            "5S",
+            "1234567890s",
+        ] {
             assert_eq!(parse_duration_ns(bad), None, "{bad:?}");
         }
         assert!(parse_unix_time("1764450000").is_some());
         assert!(parse_unix_time("1764450000.25").is_some());
-        for bad in ["176445000", "17644500000", "1764450000.", "abc", "2026-01-01T00:00:00Z"] {
+        for bad in [
+            "176445000",
+            "17644500000",
+            "1764450000.",
+            "abc",
+            "2026-01-01T00:00:00Z",
+        ] {
             assert!(parse_unix_time(bad).is_none(), "{bad:?}");
         }
     }

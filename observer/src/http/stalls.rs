@@ -34,7 +34,12 @@ pub async fn get_stalls(
     };
     let json = wants_json(&p, &headers);
     let report = blocking(move || {
-        let query = Filter { device: p.device, since_ns: p.since_ns, min_ns: p.min_ns, limit: p.limit.unwrap_or(50) };
+        let query = Filter {
+            device: p.device,
+            since_ns: p.since_ns,
+            min_ns: p.min_ns,
+            limit: p.limit.unwrap_or(50),
+        };
         let settings = st.runtime.read().expect("runtime lock").settings;
         let slow_total_ns = std::array::from_fn(|op| settings.slow_ns[op][Stage::Total as usize]);
         let history = st.history.lock().expect("history lock");
@@ -52,6 +57,10 @@ pub async fn get_stalls(
     if json {
         Json(report).into_response()
     } else {
-        ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], stalls::render_text(&report)).into_response()
+        (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            stalls::render_text(&report),
+        )
+            .into_response()
     }
 }

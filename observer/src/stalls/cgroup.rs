@@ -9,17 +9,23 @@ static CGROUP_ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLoc
 /// `unified/` subdirectory on a hybrid (v1 + v2) host. Checked by filesystem magic, so a v1
 /// hierarchy is never searched for v2 ids. Call once at startup.
 pub fn set_cgroup_root(host_root: Option<&std::path::Path>) {
-    let _ = CGROUP_ROOT.set(find_cgroup2_root(host_root.unwrap_or(std::path::Path::new("/"))));
+    let _ = CGROUP_ROOT.set(find_cgroup2_root(
+        host_root.unwrap_or(std::path::Path::new("/")),
+    ));
 }
 
 fn find_cgroup2_root(root: &std::path::Path) -> std::path::PathBuf {
     const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
     let base = root.join("sys/fs/cgroup");
     for cand in [base.clone(), base.join("unified")] {
-        let Ok(c) = std::ffi::CString::new(cand.as_os_str().as_encoded_bytes()) else { continue };
+        let Ok(c) = std::ffi::CString::new(cand.as_os_str().as_encoded_bytes()) else {
+            continue;
+        };
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
         // SAFETY: valid C string and statfs buffer.
-        if unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0 && st.f_type as i64 == CGROUP2_SUPER_MAGIC {
+        if unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0
+            && st.f_type as i64 == CGROUP2_SUPER_MAGIC
+        {
             return cand;
         }
     }
@@ -40,11 +46,10 @@ impl CgroupNames {
         if id == 0 {
             return None;
         }
-        if !self.0.contains_key(&id) {
-            let found = find_cgroup(cgroup_root(), id, 0);
-            self.0.insert(id, found);
-        }
-        self.0.get(&id).cloned().flatten()
+        self.0
+            .entry(id)
+            .or_insert_with(|| find_cgroup(cgroup_root(), id, 0))
+            .clone()
     }
 }
 

@@ -15,8 +15,18 @@ use crate::{
 
 /// The live requests of `INFLIGHT` on devices `filter` allows and `f` selects (`device`,
 /// `min_ns` as a minimum age, `limit`), oldest first, with stage, age and submitter.
-pub fn inflight(maps: &KernelMaps, filter: &DeviceFilter, f: &Filter, clock: &Clock, cg: &mut CgroupNames) -> Vec<InflightRequest> {
-    let mut all: Vec<Inflight> = read_inflight(&maps.inflight).into_iter().map(|(_, e)| e).filter(Inflight::is_live).collect();
+pub fn inflight(
+    maps: &KernelMaps,
+    filter: &DeviceFilter,
+    f: &Filter,
+    clock: &Clock,
+    cg: &mut CgroupNames,
+) -> Vec<InflightRequest> {
+    let mut all: Vec<Inflight> = read_inflight(&maps.inflight)
+        .into_iter()
+        .map(|(_, e)| e)
+        .filter(Inflight::is_live)
+        .collect();
     all.sort_by_key(Inflight::start_ns);
     let mut out = Vec::new();
     for e in all {
@@ -35,12 +45,22 @@ pub fn inflight(maps: &KernelMaps, filter: &DeviceFilter, f: &Filter, clock: &Cl
             class: ClassInfo::of(e.class),
             stage: if at_device { "device" } else { "queue" },
             age_seconds: age as f64 * 1e-9,
-            stage_seconds: clock.mono_now.saturating_sub(if at_device { e.dispatch_ns } else { start }) as f64 * 1e-9,
+            stage_seconds: clock.mono_now.saturating_sub(if at_device {
+                e.dispatch_ns
+            } else {
+                start
+            }) as f64
+                * 1e-9,
             since: clock.rfc3339(start),
             sector: e.sector,
             bytes: e.size as u64,
             requeues: e.requeues,
-            submitter: Submitter { pid: e.pid, comm: comm(&e.comm), cgroup_id: e.cgroup, cgroup: cg.path(e.cgroup) },
+            submitter: Submitter {
+                pid: e.pid,
+                comm: comm(&e.comm),
+                cgroup_id: e.cgroup,
+                cgroup: cg.path(e.cgroup),
+            },
         });
         if out.len() >= f.limit {
             break;

@@ -49,24 +49,43 @@ impl ReportInput<'_> {
 pub fn report(input: &ReportInput) -> StallReport {
     let clock = Clock::now();
     let mut cg = CgroupNames::default();
-    let entries: Vec<Inflight> =
-        read_inflight(&input.maps.inflight).into_iter().map(|(_, e)| e).filter(Inflight::is_live).collect();
+    let entries: Vec<Inflight> = read_inflight(&input.maps.inflight)
+        .into_iter()
+        .map(|(_, e)| e)
+        .filter(Inflight::is_live)
+        .collect();
     let stuck = stuck(input, &clock, &mut cg);
     let mut episodes = ongoing_episodes(input, &entries, &clock);
     ended_episodes(input, &clock, &mut episodes);
     episodes.truncate(input.query.limit);
     let slow = slow_requests(input, &clock, &mut cg);
-    StallReport { now: clock.rfc3339(clock.mono_now), stuck, episodes, slow }
+    StallReport {
+        now: clock.rfc3339(clock.mono_now),
+        stuck,
+        episodes,
+        slow,
+    }
 }
 
 /// Requests in flight longer than `min`, or than their op's total threshold, oldest first.
 fn stuck(input: &ReportInput, clock: &Clock, cg: &mut CgroupNames) -> Vec<InflightRequest> {
     let f = input.query;
-    let all = Filter { min_ns: Some(f.min_ns.unwrap_or(0)), limit: usize::MAX, ..f.clone() };
+    let all = Filter {
+        min_ns: Some(f.min_ns.unwrap_or(0)),
+        limit: usize::MAX,
+        ..f.clone()
+    };
     let mut stuck = inflight(input.maps, input.filter, &all, clock, cg);
     stuck.retain(|r| {
-        let op = Op::ALL.iter().position(|o| o.name() == r.class.op).unwrap_or(5);
-        let default = if input.slow_total_ns[op] != 0 { input.slow_total_ns[op] } else { input.stall_ns };
+        let op = Op::ALL
+            .iter()
+            .position(|o| o.name() == r.class.op)
+            .unwrap_or(5);
+        let default = if input.slow_total_ns[op] != 0 {
+            input.slow_total_ns[op]
+        } else {
+            input.stall_ns
+        };
         r.age_seconds * 1e9 >= f.min_ns.unwrap_or(default) as f64
     });
     stuck.truncate(f.limit);
@@ -88,10 +107,24 @@ fn ongoing_episodes(input: &ReportInput, entries: &[Inflight], clock: &Clock) ->
         }
         let ds = input.maps.devstate_of(dev).unwrap_or_default();
         let at_device: Vec<&Inflight> = reqs.iter().copied().filter(|e| e.at_device()).collect();
-        let queued: Vec<&Inflight> = reqs.iter().copied().filter(|e| e.enter_ns != 0 && !e.at_device()).collect();
+        let queued: Vec<&Inflight> = reqs
+            .iter()
+            .copied()
+            .filter(|e| e.enter_ns != 0 && !e.at_device())
+            .collect();
         for (kind, set, last, first) in [
-            ("device", &at_device, ds.last_complete_ns, at_device.iter().map(|e| e.dispatch_ns).min()),
-            ("dispatch", &queued, ds.last_dispatch_ns, queued.iter().map(|e| e.enter_ns).min()),
+            (
+                "device",
+                &at_device,
+                ds.last_complete_ns,
+                at_device.iter().map(|e| e.dispatch_ns).min(),
+            ),
+            (
+                "dispatch",
+                &queued,
+                ds.last_dispatch_ns,
+                queued.iter().map(|e| e.enter_ns).min(),
+            ),
         ] {
             let Some(first) = first else { continue };
             let start = last.max(first);
@@ -131,7 +164,9 @@ fn spans(s: &SlowEvent, ev: &StallEvent) -> bool {
     if ev.stall == STALL_DEVICE {
         s.req.dispatch_ns != 0 && s.req.dispatch_ns <= ev.start_ns
     } else {
-        s.req.enter_ns != 0 && s.req.enter_ns <= ev.start_ns && (s.req.dispatch_ns == 0 || s.req.dispatch_ns >= ev.end_ns)
+        s.req.enter_ns != 0
+            && s.req.enter_ns <= ev.start_ns
+            && (s.req.dispatch_ns == 0 || s.req.dispatch_ns >= ev.end_ns)
     }
 }
 
@@ -142,11 +177,17 @@ fn ended_episodes(input: &ReportInput, clock: &Clock, episodes: &mut Vec<Episode
     for ev in history.episodes().iter().rev() {
         let name = device_name(ev.dev);
         let len = ev.end_ns - ev.start_ns;
-        if !input.device_ok(&name) || f.since_ns.is_some_and(|s| ev.end_ns < s) || f.min_ns.is_some_and(|m| len < m) {
+        if !input.device_ok(&name)
+            || f.since_ns.is_some_and(|s| ev.end_ns < s)
+            || f.min_ns.is_some_and(|m| len < m)
+        {
             continue;
         }
-        let waiting: Vec<&SlowEvent> =
-            history.slow().iter().filter(|s| s.dev == ev.dev && s.complete_ns >= ev.end_ns && spans(s, ev)).collect();
+        let waiting: Vec<&SlowEvent> = history
+            .slow()
+            .iter()
+            .filter(|s| s.dev == ev.dev && s.complete_ns >= ev.end_ns && spans(s, ev))
+            .collect();
         episodes.push(Episode {
             device: name,
             kind: stall_kind_name(ev.stall),
@@ -188,10 +229,19 @@ fn slow_requests(input: &ReportInput, clock: &Clock, cg: &mut CgroupNames) -> Ve
 }
 
 /// One slow-request record as the API shows it.
-fn slow_request(ev: &SlowEvent, device: String, clock: &Clock, cg: &mut CgroupNames) -> SlowRequest {
+fn slow_request(
+    ev: &SlowEvent,
+    device: String,
+    clock: &Clock,
+    cg: &mut CgroupNames,
+) -> SlowRequest {
     let e = &ev.req;
     let start = e.start_ns();
-    let queue_end = if e.dispatch_ns != 0 { e.dispatch_ns } else { ev.complete_ns };
+    let queue_end = if e.dispatch_ns != 0 {
+        e.dispatch_ns
+    } else {
+        ev.complete_ns
+    };
     SlowRequest {
         time: clock.rfc3339(ev.complete_ns),
         device,
@@ -199,11 +249,17 @@ fn slow_request(ev: &SlowEvent, device: String, clock: &Clock, cg: &mut CgroupNa
         sector: e.sector,
         bytes: e.bytes,
         queue_seconds: (e.enter_ns != 0).then(|| (queue_end - e.enter_ns) as f64 * 1e-9),
-        device_seconds: (e.dispatch_ns != 0).then(|| (ev.complete_ns - e.dispatch_ns) as f64 * 1e-9),
+        device_seconds: (e.dispatch_ns != 0)
+            .then(|| (ev.complete_ns - e.dispatch_ns) as f64 * 1e-9),
         total_seconds: (ev.complete_ns - start) as f64 * 1e-9,
         merges: ev.merges,
         requeues: e.requeues,
         status: status_name(ev.status as u8),
-        submitter: Submitter { pid: e.pid, comm: comm(&e.comm), cgroup_id: e.cgroup, cgroup: cg.path(e.cgroup) },
+        submitter: Submitter {
+            pid: e.pid,
+            comm: comm(&e.comm),
+            cgroup_id: e.cgroup,
+            cgroup: cg.path(e.cgroup),
+        },
     }
 }
