@@ -4,6 +4,8 @@
 //! Imports flow one way: [`daemon`] → [`http`] → [`stalls`], [`exposition`] → [`collect`] →
 //! [`bpf`], with [`state`], [`fslog`], [`config`], [`labels`] and [`time`] below them.
 
+#![warn(missing_docs)]
+
 pub mod bpf;
 pub mod client;
 pub mod collect;
