@@ -109,52 +109,12 @@ pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
         if sectors == 0 && !d.ranges.contains_key(&name) {
             continue; // unattached loop devices, empty drives
         }
-        let mut partitions = Vec::new();
-        if let Ok(it) = std::fs::read_dir(&dir) {
-            for e in it.flatten() {
-                let p = e.path();
-                if p.join("partition").exists() {
-                    partitions.push(Partition {
-                        name: e.file_name().to_string_lossy().into_owned(),
-                        dev: read(&p.join("dev")),
-                        start: read(&p.join("start")).parse().unwrap_or(0),
-                        sectors: read(&p.join("size")).parse().unwrap_or(0),
-                    });
-                }
-            }
-        }
-        partitions.sort_by_key(|p| p.start);
-        let mut fss = Vec::new();
-        for fs in &d.filesystems {
-            let data = fs.device.disk == name;
-            let log = fs.log.iter().any(|e| e.disk == name);
-            if data || log {
-                fss.push(FsRef {
-                    fstype: fs.fstype.clone(),
-                    mountpoint: fs.mountpoints[0].clone(),
-                    device: fs.device.name.clone(),
-                    role: match (
-                        data,
-                        log && fs
-                            .log
-                            .iter()
-                            .any(|e| e.disk == name && e.kind == LogKind::Internal),
-                    ) {
-                        (true, true) => "data+log",
-                        (true, false) => "data",
-                        _ => "log",
-                    },
-                    log_status: fs.log_status,
-                    warning: fs.warning.clone(),
-                });
-            }
-        }
         devices.push(Device {
             dev: read(&dir.join("dev")),
             sectors,
             write_cache: read(&dir.join("queue/write_cache")),
-            partitions,
-            filesystems: fss,
+            partitions: partitions(&dir),
+            filesystems: filesystems_on(&name, &d),
             log_ranges: d.ranges.get(&name).cloned().unwrap_or_default(),
             device: name,
         });
@@ -163,6 +123,55 @@ pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
         devices,
         discovery: d,
     }
+}
+
+/// The partitions of the disk at sysfs directory `dir` (subdirectories with a `partition`
+/// file), by start sector.
+fn partitions(dir: &Path) -> Vec<Partition> {
+    let mut partitions = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.join("partition").exists() {
+            partitions.push(Partition {
+                name: e.file_name().to_string_lossy().into_owned(),
+                dev: read(&p.join("dev")),
+                start: read(&p.join("start")).parse().unwrap_or(0),
+                sectors: read(&p.join("size")).parse().unwrap_or(0),
+            });
+        }
+    }
+    partitions.sort_by_key(|p| p.start);
+    partitions
+}
+
+/// The filesystems with data or log on disk `name`, and the role the disk plays for each.
+fn filesystems_on(name: &str, d: &Discovery) -> Vec<FsRef> {
+    let mut refs = Vec::new();
+    for fs in &d.filesystems {
+        let data = fs.device.disk == name;
+        let log = fs.log.iter().any(|e| e.disk == name);
+        if !(data || log) {
+            continue;
+        }
+        let internal_log = log
+            && fs
+                .log
+                .iter()
+                .any(|e| e.disk == name && e.kind == LogKind::Internal);
+        refs.push(FsRef {
+            fstype: fs.fstype.clone(),
+            mountpoint: fs.mountpoints[0].clone(),
+            device: fs.device.name.clone(),
+            role: match (data, internal_log) {
+                (true, true) => "data+log",
+                (true, false) => "data",
+                _ => "log",
+            },
+            log_status: fs.log_status,
+            warning: fs.warning.clone(),
+        });
+    }
+    refs
 }
 
 /// The handler: the body from `/sys/block` and the last discovery; 500 if that task fails.
