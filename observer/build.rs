@@ -1,10 +1,11 @@
 //! Builds `observer-ebpf` for `bpfel-unknown-none` and leaves the object in OUT_DIR, from where
-//! `src/probes.rs` embeds it with `include_bytes!`: the daemon is one self-contained binary.
+//! `src/bpf/loader.rs` embeds it with `include_bytes!`: the daemon is one self-contained binary.
 //!
 //! The choice of toolchain route is made here and only here (see README "Building"):
 //! - `debian`: Debian's `rustc-web` (/usr/bin/rustc, LLVM 22) with its prebuilt `core` for
 //!   bpfel-unknown-none (package libstd-rust-web-dev-bpf), `RUSTC_BOOTSTRAP=1`. What CI uses.
 //! - `rustup`: `rustup run nightly cargo build -Z build-std=core` (needs the rust-src component).
+//!
 //! Choose with `OBSERVER_EBPF_TOOLCHAIN=debian|rustup`; by default `debian` when its pieces are
 //! installed, else `rustup`. Both link with `bpf-linker`, which emits BTF (`--btf`).
 use std::{
@@ -22,7 +23,12 @@ const TARGET: &str = "bpfel-unknown-none";
 fn main() -> Result<()> {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
     let root = manifest.parent().context("workspace root")?.to_path_buf();
-    for dir in ["observer-ebpf/src", "observer-ebpf/Cargo.toml", "observer-common/src", "Cargo.lock"] {
+    for dir in [
+        "observer-ebpf/src",
+        "observer-ebpf/Cargo.toml",
+        "observer-common/src",
+        "Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     println!("cargo:rerun-if-env-changed=OBSERVER_EBPF_TOOLCHAIN");
@@ -37,8 +43,13 @@ fn main() -> Result<()> {
         );
     }
     let debian_ready = Path::new(DEBIAN_RUSTC).exists() && Path::new(DEBIAN_BPF_CORE).exists();
-    let route = env::var("OBSERVER_EBPF_TOOLCHAIN")
-        .unwrap_or_else(|_| if debian_ready { "debian".into() } else { "rustup".into() });
+    let route = env::var("OBSERVER_EBPF_TOOLCHAIN").unwrap_or_else(|_| {
+        if debian_ready {
+            "debian".into()
+        } else {
+            "rustup".into()
+        }
+    });
 
     let rustflags = [
         "--cfg=bpf_target_arch=\"x86_64\"",
@@ -74,14 +85,23 @@ fn main() -> Result<()> {
         }
         other => bail!("OBSERVER_EBPF_TOOLCHAIN={other}: use `debian` or `rustup`"),
     };
-    // Do not leak the host build's settings into the BPF build.
+    // Do not leak the host build's settings into the BPF build (RUSTC_WORKSPACE_WRAPPER: under
+    // `cargo clippy`, clippy-driver would wrap the BPF rustc).
     for (k, _) in env::vars() {
-        if k.starts_with("CARGO_") && k != "CARGO_HOME" || k == "RUSTC_WRAPPER" || k == "RUSTFLAGS" {
+        let wrapper = k == "RUSTC_WRAPPER" || k == "RUSTC_WORKSPACE_WRAPPER";
+        if k.starts_with("CARGO_") && k != "CARGO_HOME" || wrapper || k == "RUSTFLAGS" {
             cmd.env_remove(&k);
         }
     }
     cmd.current_dir(&root)
-        .args(["-p", "observer-ebpf", "--release", "--target", TARGET, "--target-dir"])
+        .args([
+            "-p",
+            "observer-ebpf",
+            "--release",
+            "--target",
+            TARGET,
+            "--target-dir",
+        ])
         .arg(&target_dir)
         .env("CARGO_ENCODED_RUSTFLAGS", rustflags)
         .env("CARGO_TARGET_BPFEL_UNKNOWN_NONE_LINKER", "bpf-linker");
@@ -102,8 +122,11 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// The first `bin` on `PATH`, if any.
 fn which(bin: &str) -> Option<PathBuf> {
     env::var_os("PATH").and_then(|paths| {
-        env::split_paths(&paths).map(|p| p.join(bin)).find(|p| p.is_file())
+        env::split_paths(&paths)
+            .map(|p| p.join(bin))
+            .find(|p| p.is_file())
     })
 }

@@ -27,7 +27,14 @@ pub enum Op {
 
 impl Op {
     /// All ops, in code order.
-    pub const ALL: [Op; 6] = [Op::Read, Op::Write, Op::Flush, Op::Discard, Op::WriteZeroes, Op::Other];
+    pub const ALL: [Op; 6] = [
+        Op::Read,
+        Op::Write,
+        Op::Flush,
+        Op::Discard,
+        Op::WriteZeroes,
+        Op::Other,
+    ];
 
     /// Decodes the low bits of a class.
     pub const fn from_code(code: u16) -> Op {

@@ -109,10 +109,17 @@ mod tests {
     fn buckets_are_contiguous_and_monotonic() {
         assert_eq!(bucket_lower_units(0), 0);
         for i in 1..NBUCKETS {
-            assert!(bucket_lower_units(i) > bucket_lower_units(i - 1), "bucket {i}");
+            assert!(
+                bucket_lower_units(i) > bucket_lower_units(i - 1),
+                "bucket {i}"
+            );
         }
         // Every value lands in the bucket whose bounds contain it.
-        for ns in (0..2_000u64).chain((0..60).map(|k| 1u64 << k.min(40)).flat_map(|v| [v.saturating_sub(1), v, v + 1])) {
+        for ns in (0..2_000u64).chain(
+            (0..60)
+                .map(|k| 1u64 << k.min(40))
+                .flat_map(|v| [v.saturating_sub(1), v, v + 1]),
+        ) {
             let i = bucket_index(ns);
             let u = ns_to_units(ns);
             assert!(u >= bucket_lower_units(i), "{ns} ns below bucket {i}");
@@ -129,13 +136,19 @@ mod tests {
         assert!(bucket_index(60_000_000_000) < NBUCKETS - 1);
         assert_eq!(bucket_index(200_000_000_000), NBUCKETS - 1);
         for i in 16..NBUCKETS - 1 {
-            let (lo, hi) = (bucket_lower_units(i) as f64, bucket_lower_units(i + 1) as f64);
+            let (lo, hi) = (
+                bucket_lower_units(i) as f64,
+                bucket_lower_units(i + 1) as f64,
+            );
             assert!((hi - lo) / lo <= 0.125 + 1e-12, "bucket {i} too wide");
         }
         // exp2 µs edges are exact bucket edges.
         for k in 0..26 {
             let edge_s = (1u64 << k) as f64 * 1e-6;
-            assert!((0..NBUCKETS).any(|i| (bucket_lower_seconds(i) - edge_s).abs() < edge_s * 1e-12), "2^{k} µs");
+            assert!(
+                (0..NBUCKETS).any(|i| (bucket_lower_seconds(i) - edge_s).abs() < edge_s * 1e-12),
+                "2^{k} µs"
+            );
         }
     }
 
@@ -143,7 +156,9 @@ mod tests {
     fn percentile_from_buckets_within_10_percent() {
         // A log-uniform sample from 1 µs to 10 s: p50/p90/p99 estimated by linear
         // interpolation inside the bucket are within 10 % of the exact values.
-        let mut values: Vec<u64> = (0..20_000u64).map(|i| (1_000.0 * (1e7f64).powf(i as f64 / 20_000.0)) as u64).collect();
+        let mut values: Vec<u64> = (0..20_000u64)
+            .map(|i| (1_000.0 * (1e7f64).powf(i as f64 / 20_000.0)) as u64)
+            .collect();
         values.sort();
         let mut counts = [0u64; NBUCKETS];
         for &v in &values {
@@ -163,7 +178,10 @@ mod tests {
                 }
                 acc += c as f64;
             }
-            assert!((est - exact).abs() / exact < 0.10, "q={q}: estimate {est} vs exact {exact}");
+            assert!(
+                (est - exact).abs() / exact < 0.10,
+                "q={q}: estimate {est} vs exact {exact}"
+            );
         }
     }
 }

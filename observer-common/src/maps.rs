@@ -53,6 +53,14 @@ pub const fn dev_minor(dev: u32) -> u32 {
     dev & 0xfffff
 }
 
+/// (major, minor) of a device number in the *userspace* `dev_t` encoding the kernel stores on
+/// disk, e.g. ext4's `s_journal_dev`: `new_decode_dev()` in include/linux/kdev_t.h (the same as
+/// glibc's `gnu_dev_major`/`gnu_dev_minor` for 32-bit values). Not the [`mkdev`] encoding of
+/// [`dev_major`]/[`dev_minor`]: `0x0703` is 7:3 here and 0:1795 there.
+pub const fn decode_user_dev(d: u32) -> (u32, u32) {
+    ((d >> 8) & 0xfff, (d & 0xff) | ((d >> 12) & 0xfff00))
+}
+
 /// State of a request in flight, from `block_io_start` (or the flush request's dispatch) to its
 /// final completion. Timestamps are `bpf_ktime_get_ns()` (CLOCK_MONOTONIC, ns); 0 means "not
 /// seen".
@@ -92,6 +100,23 @@ impl Inflight {
     /// in place instead of inserting: request structs are preallocated per tag and reused.
     pub const fn is_live(&self) -> bool {
         self.enter_ns != 0 || self.dispatch_ns != 0
+    }
+
+    /// Whether the request is at the device now (stage `device`): dispatched and not requeued
+    /// since. Otherwise a live request is in stage `queue` (waiting for its first dispatch, or
+    /// requeued and waiting for the next).
+    pub const fn at_device(&self) -> bool {
+        self.dispatch_ns != 0 && self.requeued == 0
+    }
+
+    /// When the request's life started (ns): its entry, or its dispatch for the internal flush
+    /// request, which never enters.
+    pub const fn start_ns(&self) -> u64 {
+        if self.enter_ns != 0 {
+            self.enter_ns
+        } else {
+            self.dispatch_ns
+        }
     }
 }
 
@@ -154,7 +179,10 @@ pub struct ClassStats {
 impl ClassStats {
     /// An all-zero value.
     pub const ZERO: ClassStats = ClassStats {
-        stages: [StageHist { sum_ns: 0, buckets: [0; NBUCKETS] }; Stage::COUNT],
+        stages: [StageHist {
+            sum_ns: 0,
+            buckets: [0; NBUCKETS],
+        }; Stage::COUNT],
         requests: 0,
         bytes: 0,
         merges: 0,
@@ -333,4 +361,22 @@ mod pod {
     unsafe impl aya::Pod for super::ErrorKey {}
     unsafe impl aya::Pod for super::Settings {}
     unsafe impl aya::Pod for super::DevState {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_dev_t_decoding() {
+        assert_eq!(decode_user_dev(0x0703), (7, 3));
+        assert_eq!(
+            decode_user_dev((259 << 8) | 0x05 | (0x100 << 12)),
+            (259, 0x105)
+        );
+        assert_eq!(
+            (dev_major(mkdev(259, 0x105)), dev_minor(mkdev(259, 0x105))),
+            (259, 0x105)
+        );
+    }
 }

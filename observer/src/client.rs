@@ -8,13 +8,19 @@ fn query(params: &[(&str, &Option<String>)]) -> String {
         .iter()
         .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", urlencode(v))))
         .collect();
-    if parts.is_empty() { String::new() } else { format!("?{}", parts.join("&")) }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
 }
 
 fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -32,9 +38,28 @@ fn get(url: &str, accept: &str) -> Result<String> {
 }
 
 /// Prints `/stalls` (text, or JSON with `json`).
-pub fn stalls(url: &str, device: Option<String>, since: Option<String>, min: Option<String>, limit: Option<String>, json: bool) -> Result<()> {
-    let q = query(&[("device", &device), ("since", &since), ("min", &min), ("limit", &limit)]);
-    let body = get(&format!("{}/stalls{q}", url.trim_end_matches('/')), if json { "application/json" } else { "text/plain" })?;
+pub fn stalls(
+    url: &str,
+    device: Option<String>,
+    since: Option<String>,
+    min: Option<String>,
+    limit: Option<String>,
+    json: bool,
+) -> Result<()> {
+    let q = query(&[
+        ("device", &device),
+        ("since", &since),
+        ("min", &min),
+        ("limit", &limit),
+    ]);
+    let body = get(
+        &format!("{}/stalls{q}", url.trim_end_matches('/')),
+        if json {
+            "application/json"
+        } else {
+            "text/plain"
+        },
+    )?;
     print!("{body}");
     Ok(())
 }
@@ -42,15 +67,28 @@ pub fn stalls(url: &str, device: Option<String>, since: Option<String>, min: Opt
 /// Prints biolatency-style histograms (power-of-two µs rows) per device, class and stage.
 pub fn report(url: &str, device: Option<String>, since: Option<String>) -> Result<()> {
     let q = query(&[("device", &device), ("since", &since)]);
-    let body = get(&format!("{}/histograms{q}", url.trim_end_matches('/')), "application/json")?;
-    let v: serde_json::Value = serde_json::from_str(&body).context("daemon returned invalid JSON")?;
+    let body = get(
+        &format!("{}/histograms{q}", url.trim_end_matches('/')),
+        "application/json",
+    )?;
+    let v: serde_json::Value =
+        serde_json::from_str(&body).context("daemon returned invalid JSON")?;
     let hists = v["histograms"].as_array().cloned().unwrap_or_default();
-    println!("window: {} .. {}  ({} histograms)", v["window_start"].as_str().unwrap_or("start"), v["now"].as_str().unwrap_or("?"), hists.len());
+    println!(
+        "window: {} .. {}  ({} histograms)",
+        v["window_start"].as_str().unwrap_or("start"),
+        v["now"].as_str().unwrap_or("?"),
+        hists.len()
+    );
     for h in hists {
         let mut rows = [0u64; 40];
         for b in h["buckets"].as_array().into_iter().flatten() {
             let lo_us = b[0].as_f64().unwrap_or(0.0) * 1e6;
-            let row = if lo_us < 1.0 { 0 } else { (lo_us.log2().floor() as usize + 1).min(39) };
+            let row = if lo_us < 1.0 {
+                0
+            } else {
+                (lo_us.log2().floor() as usize + 1).min(39)
+            };
             rows[row] += b[2].as_u64().unwrap_or(0);
         }
         let max = *rows.iter().max().unwrap_or(&1).max(&1);
@@ -69,7 +107,11 @@ pub fn report(url: &str, device: Option<String>, since: Option<String>) -> Resul
         let first = rows.iter().position(|c| *c > 0).unwrap_or(0);
         let last = rows.iter().rposition(|c| *c > 0).unwrap_or(0);
         for (i, c) in rows.iter().enumerate().take(last + 1).skip(first) {
-            let (lo, hi) = if i == 0 { (0u64, 1u64) } else { (1u64 << (i - 1), (1u64 << i) - 1) };
+            let (lo, hi) = if i == 0 {
+                (0u64, 1u64)
+            } else {
+                (1u64 << (i - 1), (1u64 << i) - 1)
+            };
             let bar = "*".repeat(((*c as f64 / max as f64) * 40.0).round() as usize);
             println!("{:>10} -> {:<10} : {:<10} |{:<40}|", lo, hi, c, bar);
         }

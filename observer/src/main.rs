@@ -1,29 +1,14 @@
-//! `observer`: live block I/O latency observer. See README.md.
+//! `observer`: the command line. Parses it, merges the config file with the flags, and turns
+//! the daemon's or a client's outcome into the exit code (0 ok, 1 failure, 2 bad configuration).
 
-mod api;
-mod client;
-mod api_devices;
-mod config;
-mod devices;
-mod fslog;
-mod kernel_layout;
-mod mapdump;
-mod metrics;
-mod probes;
-mod reaper;
-mod server;
-mod service;
-mod snapshot;
-mod stalls;
-mod windows;
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
-
-use anyhow::Context;
 use clap::Parser;
-use tracing::info;
-
-use crate::config::{Config, ConfigError, DeviceFilter};
+use observer::{
+    client,
+    config::{Config, ConfigError},
+    daemon,
+};
 
 /// Live block I/O latency observer: per-device, per-class, per-stage latency histograms from
 /// eBPF, served as Prometheus metrics.
@@ -96,6 +81,7 @@ enum Command {
     },
 }
 
+/// The configuration file (if any) with the flags applied over it, validated.
 fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
     let mut cfg = match &cli.config {
         Some(path) => Config::from_file(path)?,
@@ -123,7 +109,8 @@ fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OBSERVER_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("OBSERVER_LOG")
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -132,7 +119,14 @@ fn main() -> ExitCode {
         // A client piped into `head` should end quietly, like other CLI tools.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
         let result = match cmd {
-            Command::Stalls { url, device, since, min, limit, json } => client::stalls(&url, device, since, min, limit, json),
+            Command::Stalls {
+                url,
+                device,
+                since,
+                min,
+                limit,
+                json,
+            } => client::stalls(&url, device, since, min, limit, json),
             Command::Report { url, device, since } => client::report(&url, device, Some(since)),
         };
         return match result {
@@ -154,109 +148,11 @@ fn main() -> ExitCode {
         println!("configuration OK");
         return ExitCode::SUCCESS;
     }
-    match run(cfg, cli) {
+    match daemon::run(cfg, move || load_config(&cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
-}
-
-#[tokio::main]
-async fn run(cfg: Config, cli: Cli) -> anyhow::Result<()> {
-    stalls::set_cgroup_root(cfg.host_root.as_deref());
-    if let Some(r) = &cfg.host_root {
-        info!(host_root = %r.display(), "host view: mount table, device nodes and cgroups read under this directory");
-    }
-    let (probes, maps) = probes::attach(cfg.maps.inflight_entries, cfg.maps.stats_memory_mib, cfg.stalls.settings())?;
-    let state = Arc::new(server::AppState {
-        maps,
-        runtime: std::sync::RwLock::new(server::Runtime {
-            filter: DeviceFilter::new(&cfg.devices),
-            buckets: metrics::BucketMap::new(&cfg.histogram.buckets),
-            settings: cfg.stalls.settings(),
-        }),
-        info: probes.info.clone(),
-        reaped: reaper::Reaped::default(),
-        history: std::sync::Mutex::new(stalls::History::new(cfg.stalls.history_requests, cfg.stalls.history_episodes)),
-        windows: std::sync::Mutex::new(windows::Windows::default()),
-        fslog: Arc::default(),
-    });
-    spawn_background(state.clone())?;
-    let fslog_state = state.clone();
-    fslog::spawn(
-        move |want| fslog::sync_map(&mut fslog_state.maps.log_ranges.lock().expect("LOG_RANGES lock"), want),
-        state.fslog.clone(),
-        fslog::Sources::for_host_root(cfg.host_root.as_deref()),
-    )
-    .context("starting the filesystem log discovery thread")?;
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}: choose another address with --listen or `listen` in the config", cfg.listen))?;
-    info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
-    service::spawn_reload_on_sighup(service::Reloader::new(move || load_config(&cli), state.clone(), cfg.clone()))?;
-    service::notify_ready(&format!("serving on {}", listener.local_addr()?));
-    axum::serve(listener, server::router(state))
-        .with_graceful_shutdown(shutdown())
-        .await
-        .context("HTTP server")?;
-    drop(probes);
-    info!("stopped; eBPF programs detached");
-    Ok(())
-}
-
-/// The reaper (1 s), histogram snapshots (10 s) and the kernel event reader.
-fn spawn_background(state: Arc<server::AppState>) -> anyhow::Result<()> {
-    let st = state.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            let st = st.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                {
-                    let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
-                    reaper::reap(&mut map, st.maps.inflight_capacity, &st.reaped);
-                }
-                let filter = st.runtime.read().expect("runtime lock").filter.clone();
-                let now = reaper::monotonic_ns();
-                let due = st.windows.lock().expect("windows lock").oldest().is_none()
-                    || now % windows::INTERVAL_NS < 1_100_000_000;
-                if due {
-                    let snap = snapshot::Snapshot::read(&st.maps, &st.reaped, &filter);
-                    st.windows.lock().expect("windows lock").record(now, &snap);
-                }
-            })
-            .await;
-        }
-    });
-    let ring = state.maps.events.lock().expect("events lock").take().context("EVENTS ring buffer already taken")?;
-    // SAFETY: the ring buffer owns its fd for as long as the AsyncFd lives.
-    let mut fd = unsafe { tokio::io::unix::AsyncFd::register(ring) }
-        .map_err(|e| anyhow::anyhow!("polling the EVENTS ring buffer: {e}"))?;
-    tokio::spawn(async move {
-        loop {
-            let Ok(mut guard) = fd.readable_mut().await else { return };
-            let ring = guard.get_inner_mut();
-            let mut history = state.history.lock().expect("history lock");
-            while let Some(item) = ring.next() {
-                history.ingest(&item);
-            }
-            drop(history);
-            guard.clear_ready();
-        }
-    });
-    Ok(())
-}
-
-async fn shutdown() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    info!("shutting down");
-    service::notify_stopping();
 }

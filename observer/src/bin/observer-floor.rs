@@ -6,25 +6,35 @@
 //! `observer-floor --costs` instead attaches one program per building block of the observer's
 //! programs to block_rq_issue (observer-ebpf/src/costs.rs), for `cargo xtask bench --costs`.
 
-#[allow(dead_code)]
-#[path = "../kernel_layout.rs"]
-mod kernel_layout;
-
 use anyhow::{Context, Result};
 use aya::{programs::BtfTracePoint, Btf, EbpfLoader};
+use observer::bpf::{
+    btf::{KernelBtf, VMLINUX_BTF},
+    tracepoints::{ENTER, ENTER_FALLBACK, LIFECYCLE},
+};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/floor.bpf.o"));
 static COSTS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/costs.bpf.o"));
 
 /// Programs of costs.rs, in attach (= run) order: the hash insert runs before its lookup and delete.
 const COST_PROGRAMS: [&str; 13] = [
-    "c00_empty", "c01_ktime", "c02_layout_copy", "c03_pread_1", "c04_pread_5", "c05_direct_5",
-    "c06_hash_insert", "c07_hash_lookup", "c08_hash_delete", "c09_pcpu_lookup", "c10_pcpu_hist3",
-    "c11_counter", "c12_empty_last",
+    "c00_empty",
+    "c01_ktime",
+    "c02_layout_copy",
+    "c03_pread_1",
+    "c04_pread_5",
+    "c05_direct_5",
+    "c06_hash_insert",
+    "c07_hash_lookup",
+    "c08_hash_delete",
+    "c09_pcpu_lookup",
+    "c10_pcpu_hist3",
+    "c11_counter",
+    "c12_empty_last",
 ];
 
 fn costs() -> Result<aya::Ebpf> {
-    let layout = kernel_layout::KernelBtf::from_file(kernel_layout::VMLINUX_BTF)?.kernel_layout()?;
+    let layout = KernelBtf::from_file(VMLINUX_BTF)?.kernel_layout()?;
     let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
     let mut ebpf = EbpfLoader::new()
         .btf(Some(&btf))
@@ -39,26 +49,23 @@ fn costs() -> Result<aya::Ebpf> {
             Err(e) => eprintln!("{name}: {e:#}"),
         }
     }
-    println!("ready: {n} cost programs attached to block_rq_issue; pid {}", std::process::id());
+    println!(
+        "ready: {n} cost programs attached to block_rq_issue; pid {}",
+        std::process::id()
+    );
     Ok(ebpf)
 }
 
-/// (program, tracepoint), in the observer's attach order (src/probes.rs). The first entry point
-/// that the kernel has wins: block_io_start (Linux ≥ 6.5), else block_rq_insert.
-const PLAN: [(&str, &str); 6] = [
-    ("f_rq_complete", "block_rq_complete"),
-    ("f_rq_requeue", "block_rq_requeue"),
-    ("f_rq_merge", "block_rq_merge"),
-    ("f_bio_back", "block_bio_backmerge"),
-    ("f_bio_front", "block_bio_frontmerge"),
-    ("f_rq_issue", "block_rq_issue"),
-];
-
+/// Loads program `name` of `ebpf` as `tp_btf` for tracepoint `tp` and attaches it.
 fn attach(ebpf: &mut aya::Ebpf, btf: &Btf, name: &str, tp: &str) -> Result<()> {
-    let prog: &mut BtfTracePoint =
-        ebpf.program_mut(name).with_context(|| format!("no program {name}"))?.try_into()?;
-    prog.load(tp, btf).with_context(|| format!("loading {name} for {tp}"))?;
-    prog.attach().with_context(|| format!("attaching {name} to {tp}"))?;
+    let prog: &mut BtfTracePoint = ebpf
+        .program_mut(name)
+        .with_context(|| format!("no program {name}"))?
+        .try_into()?;
+    prog.load(tp, btf)
+        .with_context(|| format!("loading {name} for {tp}"))?;
+    prog.attach()
+        .with_context(|| format!("attaching {name} to {tp}"))?;
     Ok(())
 }
 
@@ -70,18 +77,32 @@ fn main() -> Result<()> {
         return Ok(());
     }
     let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
-    let mut ebpf = EbpfLoader::new().btf(Some(&btf)).load(OBJECT).context("loading the floor object")?;
-    for (name, tp) in PLAN {
-        attach(&mut ebpf, &btf, name, tp)?;
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(&btf))
+        .load(OBJECT)
+        .context("loading the floor object")?;
+    // The observer's attach order (observer::bpf::tracepoints); the first entry point that the
+    // kernel has wins: block_io_start (Linux ≥ 6.5), else block_rq_insert.
+    for t in LIFECYCLE {
+        attach(&mut ebpf, &btf, t.floor_program, t.name)?;
     }
-    let enter = match attach(&mut ebpf, &btf, "f_io_start", "block_io_start") {
-        Ok(()) => "block_io_start",
+    let enter = match attach(&mut ebpf, &btf, ENTER.floor_program, ENTER.name) {
+        Ok(()) => ENTER.name,
         Err(_) => {
-            attach(&mut ebpf, &btf, "f_rq_insert", "block_rq_insert")?;
-            "block_rq_insert"
+            attach(
+                &mut ebpf,
+                &btf,
+                ENTER_FALLBACK.floor_program,
+                ENTER_FALLBACK.name,
+            )?;
+            ENTER_FALLBACK.name
         }
     };
-    println!("ready: {} empty tp_btf programs attached (enter = {enter}); pid {}", PLAN.len() + 1, std::process::id());
+    println!(
+        "ready: {} empty tp_btf programs attached (enter = {enter}); pid {}",
+        LIFECYCLE.len() + 1,
+        std::process::id()
+    );
     wait_for_signal();
     drop(ebpf);
     Ok(())

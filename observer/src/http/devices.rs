@@ -18,7 +18,10 @@ use std::{path::Path, sync::Arc};
 use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
 use serde::Serialize;
 
-use crate::{fslog::{Discovery, Range}, server::AppState};
+use crate::{
+    fslog::{Discovery, LogKind, LogStatus, Range},
+    state::AppState,
+};
 
 /// A partition of a disk.
 #[derive(Serialize)]
@@ -45,7 +48,7 @@ pub struct FsRef {
     /// `data`, `log` (an external log device) or `data+log`.
     pub role: &'static str,
     /// Outcome of the filesystem's log discovery (`found`, `unreadable`, ...).
-    pub log_status: crate::fslog::LogStatus,
+    pub log_status: LogStatus,
     /// Why the log is unknown and what to grant or check, when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
@@ -70,7 +73,8 @@ pub struct Device {
     pub log_ranges: Vec<Range>,
 }
 
-/// The response body.
+/// The response body: the disks, then the discovery's `filesystems`, `log_ranges`,
+/// `warnings` and `updated_unix` flattened in.
 #[derive(Serialize)]
 pub struct DevicesBody {
     /// Disks.
@@ -81,14 +85,22 @@ pub struct DevicesBody {
 }
 
 fn read(p: &Path) -> String {
-    std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string(p)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
-/// Builds the body from sysfs (`/sys/block`) and a discovery.
+/// Builds the body from sysfs (`sys_block`, normally `/sys/block`: `size`, `dev`,
+/// `queue/write_cache`, partitions' `start`/`size`) and a discovery. Disks without media
+/// (size 0) are left out unless they have log ranges.
 pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
     let mut devices = Vec::new();
     let mut names: Vec<String> = std::fs::read_dir(sys_block)
-        .map(|it| it.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|it| {
+            it.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     names.sort();
     for name in names {
@@ -97,58 +109,80 @@ pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
         if sectors == 0 && !d.ranges.contains_key(&name) {
             continue; // unattached loop devices, empty drives
         }
-        let mut partitions = Vec::new();
-        if let Ok(it) = std::fs::read_dir(&dir) {
-            for e in it.flatten() {
-                let p = e.path();
-                if p.join("partition").exists() {
-                    partitions.push(Partition {
-                        name: e.file_name().to_string_lossy().into_owned(),
-                        dev: read(&p.join("dev")),
-                        start: read(&p.join("start")).parse().unwrap_or(0),
-                        sectors: read(&p.join("size")).parse().unwrap_or(0),
-                    });
-                }
-            }
-        }
-        partitions.sort_by_key(|p| p.start);
-        let mut fss = Vec::new();
-        for fs in &d.filesystems {
-            let data = fs.device.disk == name;
-            let log = fs.log.iter().any(|e| e.disk == name);
-            if data || log {
-                fss.push(FsRef {
-                    fstype: fs.fstype.clone(),
-                    mountpoint: fs.mountpoints[0].clone(),
-                    device: fs.device.name.clone(),
-                    role: match (data, log && fs.log.iter().any(|e| e.disk == name && e.kind == crate::fslog::LogKind::Internal)) {
-                        (true, true) => "data+log",
-                        (true, false) => "data",
-                        _ => "log",
-                    },
-                    log_status: fs.log_status,
-                    warning: fs.warning.clone(),
-                });
-            }
-        }
         devices.push(Device {
             dev: read(&dir.join("dev")),
             sectors,
             write_cache: read(&dir.join("queue/write_cache")),
-            partitions,
-            filesystems: fss,
+            partitions: partitions(&dir),
+            filesystems: filesystems_on(&name, &d),
             log_ranges: d.ranges.get(&name).cloned().unwrap_or_default(),
             device: name,
         });
     }
-    DevicesBody { devices, discovery: d }
+    DevicesBody {
+        devices,
+        discovery: d,
+    }
 }
 
-/// The handler.
-pub async fn devices(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+/// The partitions of the disk at sysfs directory `dir` (subdirectories with a `partition`
+/// file), by start sector.
+fn partitions(dir: &Path) -> Vec<Partition> {
+    let mut partitions = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.join("partition").exists() {
+            partitions.push(Partition {
+                name: e.file_name().to_string_lossy().into_owned(),
+                dev: read(&p.join("dev")),
+                start: read(&p.join("start")).parse().unwrap_or(0),
+                sectors: read(&p.join("size")).parse().unwrap_or(0),
+            });
+        }
+    }
+    partitions.sort_by_key(|p| p.start);
+    partitions
+}
+
+/// The filesystems with data or log on disk `name`, and the role the disk plays for each.
+fn filesystems_on(name: &str, d: &Discovery) -> Vec<FsRef> {
+    let mut refs = Vec::new();
+    for fs in &d.filesystems {
+        let data = fs.device.disk == name;
+        let log = fs.log.iter().any(|e| e.disk == name);
+        if !(data || log) {
+            continue;
+        }
+        let internal_log = log
+            && fs
+                .log
+                .iter()
+                .any(|e| e.disk == name && e.kind == LogKind::Internal);
+        refs.push(FsRef {
+            fstype: fs.fstype.clone(),
+            mountpoint: fs.mountpoints[0].clone(),
+            device: fs.device.name.clone(),
+            role: match (data, internal_log) {
+                (true, true) => "data+log",
+                (true, false) => "data",
+                _ => "log",
+            },
+            log_status: fs.log_status,
+            warning: fs.warning.clone(),
+        });
+    }
+    refs
+}
+
+/// The handler: the body from `/sys/block` and the last discovery; 500 if that task fails.
+pub async fn get_devices(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     let d = st.fslog.get();
     match tokio::task::spawn_blocking(move || body(Path::new("/sys/block"), d)).await {
         Ok(b) => Json(b).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("/devices failed: {e}\n")).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("/devices failed: {e}\n"),
+        )
+            .into_response(),
     }
 }

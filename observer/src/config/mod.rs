@@ -23,7 +23,13 @@
 //! stats_memory_mib = 16              # kernel memory for per-CPU histograms
 //! ```
 
-use std::{net::SocketAddr, path::Path, time::Duration};
+mod filter;
+mod stalls;
+
+pub use filter::DeviceFilter;
+pub use stalls::{StageThresholds, Stalls};
+
+use std::{net::SocketAddr, path::Path};
 
 use serde::Deserialize;
 
@@ -76,72 +82,9 @@ pub struct Config {
     /// Exported histogram buckets.
     pub histogram: Histogram,
     /// BPF map sizes.
-    pub maps: Maps,
+    pub maps: MapSizes,
     /// Slow requests and stall episodes.
     pub stalls: Stalls,
-}
-
-/// Thresholds of one op; a stage without a threshold is not checked.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct StageThresholds {
-    /// Entered → dispatched.
-    #[serde(with = "humantime_serde")]
-    pub queue: Option<Duration>,
-    /// Dispatched → completed.
-    #[serde(with = "humantime_serde")]
-    pub device: Option<Duration>,
-    /// Entered → completed.
-    #[serde(with = "humantime_serde")]
-    pub total: Option<Duration>,
-}
-
-/// `[stalls]`: what counts as slow or stalled. Durations are strings like "100ms" or "2s".
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct Stalls {
-    /// A device with requests outstanding (queued) and no completion (dispatch) for longer
-    /// than this is in a stall episode.
-    #[serde(with = "humantime_serde")]
-    pub episode: Duration,
-    /// Slow thresholds for every op unless overridden in `[stalls.slow.<op>]`.
-    pub slow_default: StageThresholds,
-    /// Per-op overrides: keys `read`, `write`, `flush`, `discard`, `write_zeroes`, `other`.
-    pub slow: std::collections::BTreeMap<String, StageThresholds>,
-    /// Slow requests kept in memory (oldest dropped first, counted in /metrics).
-    pub history_requests: usize,
-    /// Stall episodes kept in memory.
-    pub history_episodes: usize,
-}
-
-impl Default for Stalls {
-    /// Total over 100 ms is slow for any op but discard (1 s); an episode is 250 ms without
-    /// progress. Disks and SSDs alike stay well below these when healthy.
-    fn default() -> Self {
-        let mut slow = std::collections::BTreeMap::new();
-        slow.insert("discard".to_string(), StageThresholds { total: Some(Duration::from_secs(1)), ..Default::default() });
-        Self {
-            episode: Duration::from_millis(250),
-            slow_default: StageThresholds { total: Some(Duration::from_millis(100)), ..Default::default() },
-            slow,
-            history_requests: 10_000,
-            history_episodes: 1_000,
-        }
-    }
-}
-
-impl Stalls {
-    /// The kernel-side settings (ns), per op code.
-    pub fn settings(&self) -> observer_common::maps::Settings {
-        use observer_common::class::Op;
-        let ns = |d: Option<Duration>| d.map(|d| d.as_nanos().min(u64::MAX as u128) as u64).unwrap_or(0);
-        let mut s = observer_common::maps::Settings { stall_ns: ns(Some(self.episode)), ..Default::default() };
-        for op in Op::ALL {
-            let t = self.slow.get(op.name()).copied().unwrap_or(self.slow_default);
-            s.slow_ns[op as usize] = [ns(t.queue), ns(t.device), ns(t.total)];
-        }
-        s
-    }
 }
 
 /// `[devices]`: glob patterns on kernel device names (`vda`, `nvme0n1`, `loop0`).
@@ -165,7 +108,7 @@ pub struct Histogram {
 /// `[maps]`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
-pub struct Maps {
+pub struct MapSizes {
     /// Capacity of the in-flight request map (requests, all devices).
     pub inflight_entries: u32,
     /// Kernel memory budget (MiB) for the per-CPU (device, class) statistics; the number of
@@ -180,7 +123,7 @@ impl Default for Config {
             host_root: None,
             devices: Devices::default(),
             histogram: Histogram::default(),
-            maps: Maps::default(),
+            maps: MapSizes::default(),
             stalls: Stalls::default(),
         }
     }
@@ -189,28 +132,37 @@ impl Default for Config {
 impl Default for Histogram {
     /// 1 µs · 2^k for k = 0..=26 (1 µs … 67 s): exp2 buckets in µs, as ebpf_exporter's.
     fn default() -> Self {
-        Self { buckets: (0..=26).map(|k| (1u64 << k) as f64 * 1e-6).collect() }
+        Self {
+            buckets: (0..=26).map(|k| (1u64 << k) as f64 * 1e-6).collect(),
+        }
     }
 }
 
-impl Default for Maps {
+impl Default for MapSizes {
     fn default() -> Self {
-        Self { inflight_entries: observer_common::maps::INFLIGHT_DEFAULT_ENTRIES, stats_memory_mib: 16 }
+        Self {
+            inflight_entries: observer_common::maps::INFLIGHT_DEFAULT_ENTRIES,
+            stats_memory_mib: 16,
+        }
     }
 }
 
 impl Config {
     /// Reads and validates a TOML file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         Self::from_toml(&text, &path.display().to_string())
     }
 
     /// Parses and validates TOML text; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let cfg: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: origin.to_string(), message: describe(text, &e) })?;
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: describe(text, &e),
+        })?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -219,7 +171,10 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(r) = &self.host_root {
             if !r.is_absolute() {
-                return Err(ConfigError::Invalid { key: "host_root", problem: format!("must be an absolute path, got {}", r.display()) });
+                return Err(ConfigError::Invalid {
+                    key: "host_root",
+                    problem: format!("must be an absolute path, got {}", r.display()),
+                });
             }
         }
         let b = &self.histogram.buckets;
@@ -241,10 +196,16 @@ impl Config {
                 problem: "bounds must be strictly ascending".into(),
             });
         }
-        for (key, pats) in [("devices.include", &self.devices.include), ("devices.exclude", &self.devices.exclude)] {
+        for (key, pats) in [
+            ("devices.include", &self.devices.include),
+            ("devices.exclude", &self.devices.exclude),
+        ] {
             for p in pats {
                 if let Err(e) = glob::Pattern::new(p) {
-                    return Err(ConfigError::Invalid { key, problem: format!("bad glob pattern {p:?}: {e}") });
+                    return Err(ConfigError::Invalid {
+                        key,
+                        problem: format!("bad glob pattern {p:?}: {e}"),
+                    });
                 }
             }
         }
@@ -255,20 +216,31 @@ impl Config {
             });
         }
         for op in self.stalls.slow.keys() {
-            if !observer_common::class::Op::ALL.iter().any(|o| o.name() == op) {
+            if !observer_common::class::Op::ALL
+                .iter()
+                .any(|o| o.name() == op)
+            {
                 return Err(ConfigError::Invalid {
                     key: "stalls.slow",
-                    problem: format!("unknown op {op:?}: use read, write, flush, discard, write_zeroes or other"),
+                    problem: format!(
+                        "unknown op {op:?}: use read, write, flush, discard, write_zeroes or other"
+                    ),
                 });
             }
         }
         if self.stalls.episode.is_zero() {
-            return Err(ConfigError::Invalid { key: "stalls.episode", problem: "must be > 0".into() });
+            return Err(ConfigError::Invalid {
+                key: "stalls.episode",
+                problem: "must be > 0".into(),
+            });
         }
-        if !(1..=1_000_000).contains(&self.stalls.history_requests) || !(1..=100_000).contains(&self.stalls.history_episodes) {
+        if !(1..=1_000_000).contains(&self.stalls.history_requests)
+            || !(1..=100_000).contains(&self.stalls.history_episodes)
+        {
             return Err(ConfigError::Invalid {
                 key: "stalls.history_requests",
-                problem: "history_requests must be 1..=1000000 and history_episodes 1..=100000".into(),
+                problem: "history_requests must be 1..=1000000 and history_episodes 1..=100000"
+                    .into(),
             });
         }
         if !(1..=4096).contains(&self.maps.stats_memory_mib) {
@@ -288,36 +260,23 @@ fn describe(text: &str, e: &toml::de::Error) -> String {
     let Some(span) = e.span() else { return msg };
     let line_no = text[..span.start.min(text.len())].matches('\n').count();
     let lines: Vec<&str> = text.lines().collect();
-    let key = lines.get(line_no).and_then(|l| l.split_once('=')).map(|(k, _)| k.trim().to_string());
+    let key = lines
+        .get(line_no)
+        .and_then(|l| l.split_once('='))
+        .map(|(k, _)| k.trim().to_string());
     let section = lines[..line_no.min(lines.len())]
         .iter()
         .rev()
-        .find_map(|l| l.trim().strip_prefix('[').and_then(|r| r.strip_suffix(']')).map(|s| s.trim().to_string()));
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix('[')
+                .and_then(|r| r.strip_suffix(']'))
+                .map(|s| s.trim().to_string())
+        });
     match (key, section) {
         (Some(k), Some(sec)) => format!("key `{sec}.{k}` (line {}): {msg}", line_no + 1),
         (Some(k), None) => format!("key `{k}` (line {}): {msg}", line_no + 1),
         _ => format!("line {}: {msg}", line_no + 1),
-    }
-}
-
-/// Device include/exclude filter, compiled from [`Devices`].
-#[derive(Clone, Debug, Default)]
-pub struct DeviceFilter {
-    include: Vec<glob::Pattern>,
-    exclude: Vec<glob::Pattern>,
-}
-
-impl DeviceFilter {
-    /// Compiles the patterns (already validated).
-    pub fn new(d: &Devices) -> Self {
-        let compile = |v: &Vec<String>| v.iter().filter_map(|p| glob::Pattern::new(p).ok()).collect();
-        Self { include: compile(&d.include), exclude: compile(&d.exclude) }
-    }
-
-    /// Whether a device (kernel name) is exported.
-    pub fn allows(&self, name: &str) -> bool {
-        (self.include.is_empty() || self.include.iter().any(|p| p.matches(name)))
-            && !self.exclude.iter().any(|p| p.matches(name))
     }
 }
 
@@ -335,44 +294,51 @@ mod tests {
 
     #[test]
     fn errors_name_the_key() {
-        let e = Config::from_toml("lisen = \"1.2.3.4:1\"", "t").unwrap_err().to_string();
+        let e = Config::from_toml("lisen = \"1.2.3.4:1\"", "t")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("lisen"), "{e}");
-        let e = Config::from_toml("listen = \"nonsense\"", "t").unwrap_err().to_string();
-        assert!(e.contains("key `listen` (line 1)") && !e.contains('\n'), "{e}");
-        let e = Config::from_toml("listen = \"127.0.0.1:1\"\n[stalls]\nepisode = \"fast\"", "t").unwrap_err().to_string();
-        assert!(e.contains("key `stalls.episode` (line 3)") && !e.contains('\n'), "{e}");
-        let e = Config::from_toml("[histogram]\nbuckets = [0.1, 0.01]", "t").unwrap_err().to_string();
-        assert!(e.contains("histogram.buckets") && e.contains("ascending"), "{e}");
-        let e = Config::from_toml("[histogram]\nbuckets = [-1.0]", "t").unwrap_err().to_string();
+        let e = Config::from_toml("listen = \"nonsense\"", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("key `listen` (line 1)") && !e.contains('\n'),
+            "{e}"
+        );
+        let e = Config::from_toml(
+            "listen = \"127.0.0.1:1\"\n[stalls]\nepisode = \"fast\"",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("key `stalls.episode` (line 3)") && !e.contains('\n'),
+            "{e}"
+        );
+        let e = Config::from_toml("[histogram]\nbuckets = [0.1, 0.01]", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("histogram.buckets") && e.contains("ascending"),
+            "{e}"
+        );
+        let e = Config::from_toml("[histogram]\nbuckets = [-1.0]", "t")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("histogram.buckets"), "{e}");
-        let e = Config::from_toml("[devices]\ninclude = [\"[\"]", "t").unwrap_err().to_string();
+        let e = Config::from_toml("[devices]\ninclude = [\"[\"]", "t")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("devices.include"), "{e}");
-        let e = Config::from_toml("[maps]\ninflight_entries = 1", "t").unwrap_err().to_string();
+        let e = Config::from_toml("[maps]\ninflight_entries = 1", "t")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("maps.inflight_entries"), "{e}");
-        let e = Config::from_toml("host_root = \"host\"", "t").unwrap_err().to_string();
+        let e = Config::from_toml("host_root = \"host\"", "t")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("host_root") && e.contains("absolute"), "{e}");
         let c = Config::from_toml("host_root = \"/host\"", "t").unwrap();
         assert_eq!(c.host_root.as_deref(), Some(std::path::Path::new("/host")));
-    }
-
-    #[test]
-    fn stall_settings() {
-        let c = Config::from_toml("[stalls]\nepisode = \"700ms\"\nslow.flush = { device = \"50ms\" }", "t").unwrap();
-        let s = c.stalls.settings();
-        assert_eq!(s.stall_ns, 700_000_000);
-        assert_eq!(s.slow_ns[2], [0, 50_000_000, 0]);
-        assert_eq!(s.slow_ns[0], [0, 0, 100_000_000]);
-        let e = Config::from_toml("[stalls]\nslow.bogus = { total = \"1s\" }", "t").unwrap_err().to_string();
-        assert!(e.contains("stalls.slow"), "{e}");
-        let e = Config::from_toml("[stalls]\nepisode = \"soon\"", "t").unwrap_err().to_string();
-        assert!(e.contains("episode"), "{e}");
-    }
-
-    #[test]
-    fn filter() {
-        let f = DeviceFilter::new(&Devices { include: vec!["loop*".into(), "vda".into()], exclude: vec!["loop7".into()] });
-        assert!(f.allows("loop0") && f.allows("vda"));
-        assert!(!f.allows("loop7") && !f.allows("nvme0n1"));
-        assert!(DeviceFilter::default().allows("anything"));
     }
 }

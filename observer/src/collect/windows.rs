@@ -10,7 +10,8 @@ use observer_common::{
 };
 use serde::Serialize;
 
-use crate::{snapshot::Snapshot, stalls::ClassInfo};
+use super::snapshot::Snapshot;
+use crate::labels::ClassInfo;
 
 /// Snapshot interval (ns).
 pub const INTERVAL_NS: u64 = 10_000_000_000;
@@ -26,9 +27,10 @@ struct Sparse {
 
 type Key = (String, u16, u8);
 
-/// Snapshots, oldest first, each at a monotonic time (ns).
+/// Sparse histogram snapshots of every (device, class, stage), oldest first, each at a monotonic
+/// time (ns): the bases that `/histograms?since=` subtracts from the current totals.
 #[derive(Default)]
-pub struct Windows {
+pub struct HistogramWindows {
     snaps: VecDeque<(u64, BTreeMap<Key, Sparse>)>,
 }
 
@@ -37,10 +39,21 @@ fn sparse(s: &Snapshot) -> BTreeMap<Key, Sparse> {
     for ((dev, class), t) in &s.classes {
         for stage in Stage::ALL {
             let st = &t.stages[stage as usize];
-            let buckets: Vec<(u16, u64)> =
-                st.buckets.iter().enumerate().filter(|(_, c)| **c > 0).map(|(i, c)| (i as u16, *c)).collect();
+            let buckets: Vec<(u16, u64)> = st
+                .buckets
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(|(i, c)| (i as u16, *c))
+                .collect();
             if !buckets.is_empty() {
-                out.insert((dev.clone(), class.0, stage as u8), Sparse { sum_ns: st.sum_ns, buckets });
+                out.insert(
+                    (dev.clone(), class.0, stage as u8),
+                    Sparse {
+                        sum_ns: st.sum_ns,
+                        buckets,
+                    },
+                );
             }
         }
     }
@@ -96,11 +109,15 @@ pub fn percentile(counts: &[u64], q: f64) -> f64 {
     bucket_lower_seconds(NBUCKETS - 1)
 }
 
-impl Windows {
+impl HistogramWindows {
     /// Records `snap` taken at `now_ns` if the last one is older than [`INTERVAL_NS`], and drops
     /// snapshots older than [`KEEP_NS`] (keeping one just beyond, to answer `since=15m`).
     pub fn record(&mut self, now_ns: u64, snap: &Snapshot) {
-        if self.snaps.back().is_some_and(|(t, _)| now_ns - t < INTERVAL_NS) {
+        if self
+            .snaps
+            .back()
+            .is_some_and(|(t, _)| now_ns - t < INTERVAL_NS)
+        {
             return;
         }
         self.snaps.push_back((now_ns, sparse(snap)));
@@ -117,8 +134,19 @@ impl Windows {
     /// Summaries of `current` minus the newest snapshot taken at or before `since_ns` (all
     /// since start when `since_ns` is None; the oldest snapshot kept when `since_ns` reaches
     /// further back than [`KEEP_NS`]). Returns the window start actually used.
-    pub fn summarize(&self, current: &Snapshot, since_ns: Option<u64>, device: Option<&str>) -> (Option<u64>, Vec<Summary>) {
-        let base = since_ns.and_then(|s| self.snaps.iter().rev().find(|(t, _)| *t <= s).or(self.snaps.front()));
+    pub fn summarize(
+        &self,
+        current: &Snapshot,
+        since_ns: Option<u64>,
+        device: Option<&str>,
+    ) -> (Option<u64>, Vec<Summary>) {
+        let base = since_ns.and_then(|s| {
+            self.snaps
+                .iter()
+                .rev()
+                .find(|(t, _)| *t <= s)
+                .or(self.snaps.front())
+        });
         let empty = BTreeMap::new();
         let (start, base_map) = match base {
             Some((t, m)) => (Some(*t), m),
@@ -159,7 +187,13 @@ impl Windows {
                         .iter()
                         .enumerate()
                         .filter(|(_, c)| **c > 0)
-                        .map(|(i, c)| (bucket_lower_seconds(i), Some(bucket_upper_seconds(i)).filter(|v| v.is_finite()), *c))
+                        .map(|(i, c)| {
+                            (
+                                bucket_lower_seconds(i),
+                                Some(bucket_upper_seconds(i)).filter(|v| v.is_finite()),
+                                *c,
+                            )
+                        })
                         .collect(),
                 });
             }

@@ -10,7 +10,13 @@ use observer_common::{
     Stage,
 };
 
-use crate::{config::DeviceFilter, devices, probes::Maps, reaper::Reaped};
+use super::reaper::Reaped;
+use crate::{
+    bpf::{batch::read_inflight, maps::KernelMaps},
+    config::DeviceFilter,
+    labels::device_name,
+    time::monotonic_ns,
+};
 
 /// One stage's histogram, summed over CPUs.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,7 +29,10 @@ pub struct StageTotals {
 
 impl StageTotals {
     fn new() -> Self {
-        Self { sum_ns: 0, buckets: vec![0; NBUCKETS] }
+        Self {
+            sum_ns: 0,
+            buckets: vec![0; NBUCKETS],
+        }
     }
 
     /// Number of samples.
@@ -53,7 +62,15 @@ pub struct ClassTotals {
 
 impl ClassTotals {
     fn new() -> Self {
-        Self { stages: Stage::ALL.iter().map(|_| StageTotals::new()).collect(), requests: 0, bytes: 0, merges: 0, requeues: 0, lost: 0, slow: 0 }
+        Self {
+            stages: Stage::ALL.iter().map(|_| StageTotals::new()).collect(),
+            requests: 0,
+            bytes: 0,
+            merges: 0,
+            requeues: 0,
+            lost: 0,
+            slow: 0,
+        }
     }
 
     fn add(&mut self, v: &ClassStats) {
@@ -121,67 +138,132 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Reads every map once. Errors of single entries (a key deleted while iterating) are skipped.
-    pub fn read(maps: &Maps, reaped: &Reaped, filter: &DeviceFilter) -> Snapshot {
+    pub fn read(maps: &KernelMaps, reaped: &Reaped, filter: &DeviceFilter) -> Snapshot {
         let mut s = Snapshot::default();
-        let mut names: BTreeMap<u32, Option<String>> = BTreeMap::new();
-        let mut name_of = |dev: u32| -> Option<String> {
-            names
-                .entry(dev)
-                .or_insert_with(|| {
-                    let n = devices::name(dev);
-                    filter.allows(&n).then_some(n)
-                })
-                .clone()
+        let mut names = DeviceNames {
+            filter,
+            cache: BTreeMap::new(),
         };
-        let mut n_stats = 0;
+        let n_stats = s.add_class_stats(maps, &mut names);
+        s.add_reaped(reaped, &mut names);
+        let n_inflight = s.add_inflight(maps, &mut names);
+        s.add_errors(maps, &mut names);
+        s.counters = SelfCounters::read(maps);
+        s.inflight_entries = (n_inflight, maps.inflight_capacity);
+        s.class_stats_entries = (n_stats, maps.class_stats_capacity);
+        s
+    }
+
+    /// Sums `CLASS_STATS` over CPUs per (device, class); returns the number of map entries.
+    fn add_class_stats(&mut self, maps: &KernelMaps, names: &mut DeviceNames) -> u64 {
+        let mut entries = 0;
         for (key, values) in maps.class_stats.iter().flatten() {
-            n_stats += 1;
-            let Some(dev) = name_of(key.dev) else { continue };
-            let t = s.classes.entry((dev.clone(), Class(key.class))).or_insert_with(ClassTotals::new);
+            entries += 1;
+            let Some(dev) = names.get(key.dev) else {
+                continue;
+            };
+            let t = self
+                .classes
+                .entry((dev.clone(), Class(key.class)))
+                .or_insert_with(ClassTotals::new);
             for v in values.iter() {
                 t.add(v);
             }
-            s.inflight.entry(dev).or_default();
+            self.inflight.entry(dev).or_default();
         }
+        entries
+    }
+
+    /// Counts the reaper's retired requests as completed, with their latency lost.
+    fn add_reaped(&mut self, reaped: &Reaped, names: &mut DeviceNames) {
         for (key, n) in reaped.0.lock().expect("reaper lock").iter() {
-            let Some(dev) = name_of(key.dev) else { continue };
-            let t = s.classes.entry((dev, Class(key.class))).or_insert_with(ClassTotals::new);
+            let Some(dev) = names.get(key.dev) else {
+                continue;
+            };
+            let t = self
+                .classes
+                .entry((dev, Class(key.class)))
+                .or_insert_with(ClassTotals::new);
             t.requests += n;
             t.lost += n;
         }
-        let mut n_inflight = 0;
-        let now = crate::reaper::monotonic_ns();
-        for (_, e) in crate::mapdump::inflight(&maps.inflight) {
-            // Map fill counts the free entries kept for reuse too.
-            n_inflight += 1;
+    }
+
+    /// Counts live `INFLIGHT` entries per device and stage, with the oldest age of each; returns
+    /// the number of map entries (free ones kept for reuse included).
+    fn add_inflight(&mut self, maps: &KernelMaps, names: &mut DeviceNames) -> u64 {
+        let mut entries = 0;
+        let now = monotonic_ns();
+        for (_, e) in read_inflight(&maps.inflight) {
+            entries += 1;
             if !e.is_live() {
                 continue;
             }
-            let Some(dev) = name_of(e.dev) else { continue };
-            let c = s.inflight.entry(dev).or_default();
-            if e.dispatch_ns == 0 || e.requeued != 0 {
-                c.queue += 1;
-                c.oldest_queue_ns = c.oldest_queue_ns.max(now.saturating_sub(e.enter_ns));
-            } else {
+            let Some(dev) = names.get(e.dev) else {
+                continue;
+            };
+            let c = self.inflight.entry(dev).or_default();
+            if e.at_device() {
                 c.device += 1;
                 c.oldest_device_ns = c.oldest_device_ns.max(now.saturating_sub(e.dispatch_ns));
+            } else {
+                c.queue += 1;
+                c.oldest_queue_ns = c.oldest_queue_ns.max(now.saturating_sub(e.enter_ns));
             }
         }
+        entries
+    }
+
+    /// Sums `ERRORS` over CPUs per (device, class, status).
+    fn add_errors(&mut self, maps: &KernelMaps, names: &mut DeviceNames) {
         for (key, values) in maps.errors.iter().flatten() {
-            let Some(dev) = name_of(key.dev) else { continue };
-            *s.errors.entry((dev, Class(key.class), key.status)).or_default() += values.iter().sum::<u64>();
+            let Some(dev) = names.get(key.dev) else {
+                continue;
+            };
+            *self
+                .errors
+                .entry((dev, Class(key.class), key.status))
+                .or_default() += values.iter().sum::<u64>();
         }
-        let counter = |c: Counter| maps.counters.get(&(c as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
-        s.counters = SelfCounters {
+    }
+}
+
+impl SelfCounters {
+    /// Reads `COUNTERS`, summed over CPUs; an unreadable slot reads 0.
+    fn read(maps: &KernelMaps) -> SelfCounters {
+        let counter = |c: Counter| {
+            maps.counters
+                .get(&(c as u32), 0)
+                .map(|v| v.iter().sum())
+                .unwrap_or(0)
+        };
+        SelfCounters {
             untracked_completions: counter(Counter::UntrackedCompletions),
             inflight_full: counter(Counter::InflightFull),
             stats_full: counter(Counter::StatsFull),
             clock_anomalies: counter(Counter::ClockAnomalies),
             stale_entries: counter(Counter::StaleEntries),
             events_dropped: counter(Counter::EventsDropped),
-        };
-        s.inflight_entries = (n_inflight, maps.inflight_capacity);
-        s.class_stats_entries = (n_stats, maps.class_stats_capacity);
-        s
+        }
+    }
+}
+
+/// Device numbers → kernel names for one snapshot, cached; `None` for devices the filter
+/// refuses.
+struct DeviceNames<'a> {
+    filter: &'a DeviceFilter,
+    cache: BTreeMap<u32, Option<String>>,
+}
+
+impl DeviceNames<'_> {
+    fn get(&mut self, dev: u32) -> Option<String> {
+        let filter = self.filter;
+        self.cache
+            .entry(dev)
+            .or_insert_with(|| {
+                let n = device_name(dev);
+                filter.allows(&n).then_some(n)
+            })
+            .clone()
     }
 }

@@ -1,6 +1,6 @@
-//! Reading a whole BPF hash map in a few syscalls (`BPF_MAP_LOOKUP_BATCH`, Linux 5.6+) instead
-//! of two per entry (get-next-key + lookup): `INFLIGHT` keeps an entry per request struct ever
-//! used (tens of thousands with many busy devices), and it is read on every scrape.
+//! Reads all of `INFLIGHT` in a few syscalls (`BPF_MAP_LOOKUP_BATCH`, Linux 5.6+) instead of
+//! two per entry (get-next-key + lookup): it keeps an entry per request struct ever used (tens
+//! of thousands with many busy devices), and it is read on every scrape.
 
 use std::os::fd::{AsFd, AsRawFd};
 
@@ -26,7 +26,7 @@ struct BatchAttr {
 
 /// Every (request pointer, entry) of `INFLIGHT`, live and free. Falls back to per-entry
 /// iteration if the kernel refuses batch lookups.
-pub fn inflight(map: &HashMap<MapData, u64, Inflight>) -> Vec<(u64, Inflight)> {
+pub fn read_inflight(map: &HashMap<MapData, u64, Inflight>) -> Vec<(u64, Inflight)> {
     match batch(map) {
         Some(v) => v,
         None => map.iter().flatten().collect(),
@@ -44,7 +44,11 @@ fn batch(map: &HashMap<MapData, u64, Inflight>) -> Option<Vec<(u64, Inflight)>> 
     let mut first = true;
     loop {
         let mut attr = BatchAttr {
-            in_batch: if first { 0 } else { &mut cursor as *mut u32 as u64 },
+            in_batch: if first {
+                0
+            } else {
+                &mut cursor as *mut u32 as u64
+            },
             out_batch: &mut next as *mut u32 as u64,
             keys: keys.as_mut_ptr() as u64,
             values: values.as_mut_ptr() as u64,
@@ -54,7 +58,12 @@ fn batch(map: &HashMap<MapData, u64, Inflight>) -> Option<Vec<(u64, Inflight)>> 
         };
         // SAFETY: attr points to valid buffers of BATCH keys and values, sized as the map's.
         let ret = unsafe {
-            libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &mut attr as *mut BatchAttr, std::mem::size_of::<BatchAttr>())
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                &mut attr as *mut BatchAttr,
+                std::mem::size_of::<BatchAttr>(),
+            )
         };
         let errno = std::io::Error::last_os_error().raw_os_error();
         let n = attr.count as usize;
@@ -66,7 +75,7 @@ fn batch(map: &HashMap<MapData, u64, Inflight>) -> Option<Vec<(u64, Inflight)>> 
         }
         return match errno {
             Some(libc::ENOENT) => Some(out), // done
-            _ if first => None,             // not supported: caller iterates
+            _ if first => None,              // not supported: caller iterates
             _ => Some(out),
         };
     }

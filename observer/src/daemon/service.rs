@@ -22,8 +22,8 @@ use tracing::{error, info, warn};
 
 use crate::{
     config::{Config, ConfigError, DeviceFilter},
-    metrics::BucketMap,
-    server::AppState,
+    exposition::BucketMap,
+    state::AppState,
 };
 
 /// Sends notifications to the service manager; a failure is logged, never fatal (the daemon
@@ -41,7 +41,10 @@ pub fn notify_ready(status: &str) {
 
 /// `STOPPING=1`. Call when shutdown begins.
 pub fn notify_stopping() {
-    notify(&[NotifyState::Stopping, NotifyState::Status("stopping: detaching eBPF programs")]);
+    notify(&[
+        NotifyState::Stopping,
+        NotifyState::Status("stopping: detaching eBPF programs"),
+    ]);
 }
 
 /// `RELOADING=1` with `MONOTONIC_USEC` (required by `Type=notify-reload`, harmless otherwise).
@@ -72,7 +75,9 @@ pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.maps.stats_memory_mib != new.maps.stats_memory_mib {
         keys.push("maps.stats_memory_mib");
     }
-    if old.stalls.history_requests != new.stalls.history_requests || old.stalls.history_episodes != new.stalls.history_episodes {
+    if old.stalls.history_requests != new.stalls.history_requests
+        || old.stalls.history_episodes != new.stalls.history_episodes
+    {
         keys.push("stalls.history_*");
     }
     let mut rest = new.clone();
@@ -117,7 +122,11 @@ where
     /// `load` produces the configuration as at startup (file + flags); `started_with` is the
     /// configuration the daemon runs with now.
     pub fn new(load: L, state: Arc<AppState>, started_with: Config) -> Self {
-        Self { load, state, current: Mutex::new(started_with) }
+        Self {
+            load,
+            state,
+            current: Mutex::new(started_with),
+        }
     }
 
     /// Reloads once: load, validate, swap, log.
@@ -138,7 +147,11 @@ where
         if let Err(e) = self.state.maps.set_settings(settings) {
             error!(error = %e, "cannot write the new [stalls] thresholds to the kernel; the old ones stay in effect");
         } else {
-            let mut rt = self.state.runtime.write().unwrap_or_else(|p| p.into_inner());
+            let mut rt = self
+                .state
+                .runtime
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
             rt.filter = DeviceFilter::new(&new.devices);
             rt.buckets = BucketMap::new(&new.histogram.buckets);
             rt.settings = settings;
@@ -160,7 +173,9 @@ where
 
 /// Installs the SIGHUP handler (at once, so an early SIGHUP cannot kill the daemon) and spawns
 /// a task that reloads on each SIGHUP. Call inside the tokio runtime, before [`notify_ready`].
-pub fn spawn_reload_on_sighup<L>(reloader: Reloader<L>) -> anyhow::Result<tokio::task::JoinHandle<()>>
+pub fn spawn_reload_on_sighup<L>(
+    reloader: Reloader<L>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>>
 where
     L: Fn() -> Result<Config, ConfigError> + Send + Sync + 'static,
 {
@@ -179,9 +194,14 @@ where
                     "serving; configuration reloaded".to_string()
                 }
                 Ok(ReloadOutcome::Applied { restart_required }) => {
-                    format!("serving; reloaded, restart needed for {}", restart_required.join(", "))
+                    format!(
+                        "serving; reloaded, restart needed for {}",
+                        restart_required.join(", ")
+                    )
                 }
-                Ok(ReloadOutcome::Rejected(e)) => format!("serving with the previous configuration; reload rejected: {e}"),
+                Ok(ReloadOutcome::Rejected(e)) => {
+                    format!("serving with the previous configuration; reload rejected: {e}")
+                }
                 Err(e) => format!("serving with the previous configuration; reload failed: {e}"),
             };
             notify_ready(&status);
@@ -202,6 +222,9 @@ mod tests {
         assert!(restart_required_keys(&a, &b).is_empty());
         b.listen = "127.0.0.1:1".parse().unwrap();
         b.maps.inflight_entries = 128;
-        assert_eq!(restart_required_keys(&a, &b), vec!["listen", "maps.inflight_entries"]);
+        assert_eq!(
+            restart_required_keys(&a, &b),
+            vec!["listen", "maps.inflight_entries"]
+        );
     }
 }

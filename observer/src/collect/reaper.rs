@@ -14,25 +14,24 @@ use std::{collections::BTreeMap, sync::Mutex};
 use aya::maps::{HashMap, MapData};
 use observer_common::maps::{dev_major, dev_minor, ClassKey, Inflight};
 
+use crate::{bpf::batch::read_inflight, time::monotonic_ns};
+
 /// Only entries dispatched longer ago than this (ns) are candidates.
 pub const MIN_AGE_NS: u64 = 1_000_000_000;
 
-/// Requests retired by the reaper, per (device, class): they count as completed requests
-/// with their latency lost.
+/// Requests retired by the reaper, per (device, class) key: they count as completed requests
+/// with their latency lost (`blkobs_lost_completions_total`).
 #[derive(Default)]
 pub struct Reaped(pub Mutex<BTreeMap<ClassKey, u64>>);
 
-/// `CLOCK_MONOTONIC` in ns, the clock of `bpf_ktime_get_ns()`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Requests the kernel has in flight on a disk (reads + writes), or `None` if unreadable.
 fn kernel_inflight(dev: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/sys/dev/block/{}:{}/inflight", dev_major(dev), dev_minor(dev))).ok()?;
+    let text = std::fs::read_to_string(format!(
+        "/sys/dev/block/{}:{}/inflight",
+        dev_major(dev),
+        dev_minor(dev)
+    ))
+    .ok()?;
     text.split_whitespace().map(|v| v.parse::<u64>().ok()).sum()
 }
 
@@ -40,18 +39,22 @@ fn kernel_inflight(dev: u32) -> Option<u64> {
 ///
 /// Also deletes free entries (kept by the programs for reuse) when the map is more than half
 /// full, so request structs of devices that went away cannot fill it.
-pub fn reap(inflight: &mut HashMap<MapData, u64, Inflight>, capacity: u32, reaped: &Reaped) -> usize {
+pub fn reap(
+    inflight: &mut HashMap<MapData, u64, Inflight>,
+    capacity: u32,
+    reaped: &Reaped,
+) -> usize {
     let now = monotonic_ns();
     let mut candidates: BTreeMap<u32, Vec<(u64, Inflight)>> = BTreeMap::new();
     let mut free = Vec::new();
     let mut total = 0u32;
-    for (rq, e) in crate::mapdump::inflight(inflight) {
+    for (rq, e) in read_inflight(inflight) {
         total += 1;
         if !e.is_live() {
             free.push(rq);
             continue;
         }
-        let dispatched = e.dispatch_ns != 0 && e.requeued == 0 && e.enter_ns != 0;
+        let dispatched = e.at_device() && e.enter_ns != 0;
         if dispatched && now.saturating_sub(e.dispatch_ns) > MIN_AGE_NS {
             candidates.entry(e.dev).or_default().push((rq, e));
         }
@@ -76,13 +79,25 @@ pub fn reap(inflight: &mut HashMap<MapData, u64, Inflight>, capacity: u32, reape
                 _ => continue,
             }
             if inflight.remove(&rq).is_ok() {
-                *reaped.0.lock().expect("reaper lock").entry(ClassKey { dev, class: e.class, _pad: 0 }).or_default() += 1;
+                *reaped
+                    .0
+                    .lock()
+                    .expect("reaper lock")
+                    .entry(ClassKey {
+                        dev,
+                        class: e.class,
+                        _pad: 0,
+                    })
+                    .or_default() += 1;
                 n += 1;
             }
         }
     }
     if n > 0 {
-        tracing::debug!(retired = n, "retired requests whose completion was not seen");
+        tracing::debug!(
+            retired = n,
+            "retired requests whose completion was not seen"
+        );
     }
     n
 }

@@ -22,7 +22,9 @@ pub enum LayoutError {
         source: anyhow::Error,
     },
     /// A struct, member, enum or enum value the programs need is not in BTF.
-    #[error("kernel BTF has no {0}; this kernel is not supported (please report it with `uname -r`)")]
+    #[error(
+        "kernel BTF has no {0}; this kernel is not supported (please report it with `uname -r`)"
+    )]
     Missing(String),
 }
 
@@ -44,10 +46,12 @@ impl KernelBtf {
     /// Parses a BTF file (usually [`VMLINUX_BTF`]).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, LayoutError> {
         let path = path.as_ref();
-        Btf::from_file(path).map(|btf| Self { btf }).map_err(|e| LayoutError::Read {
-            path: path.display().to_string(),
-            source: e.into(),
-        })
+        Btf::from_file(path)
+            .map(|btf| Self { btf })
+            .map_err(|e| LayoutError::Read {
+                path: path.display().to_string(),
+                source: e.into(),
+            })
     }
 
     fn named_types(&self, name: &str) -> Vec<Type> {
@@ -74,7 +78,9 @@ impl KernelBtf {
                 return Some(off);
             }
             if name.is_empty() {
-                if let Ok(Type::Struct(inner) | Type::Union(inner)) = self.btf.resolve_chained_type(m) {
+                if let Ok(Type::Struct(inner) | Type::Union(inner)) =
+                    self.btf.resolve_chained_type(m)
+                {
                     if let Some(found) = self.find_member(&inner, member, off) {
                         return Some(found);
                     }
@@ -95,7 +101,9 @@ impl KernelBtf {
         while let Ok(Some(ty)) = types.next() {
             let Type::Enum(e) = ty else { continue };
             for m in &e.members {
-                let Ok(name) = self.btf.resolve_name(m) else { continue };
+                let Ok(name) = self.btf.resolve_name(m) else {
+                    continue;
+                };
                 if let Some(i) = variants.iter().position(|v| *v == name) {
                     found[i].get_or_insert(m.val());
                 }
@@ -113,9 +121,19 @@ impl KernelBtf {
         let typedef = self
             .named_types(&format!("btf_trace_{tp}"))
             .into_iter()
-            .find_map(|t| if let Type::Typedef(td) = t { Some(td) } else { None })?;
-        let Ok(Type::Ptr(ptr)) = self.btf.resolve_chained_type(&typedef) else { return None };
-        let Ok(Type::FuncProto(proto)) = self.btf.resolve_chained_type(&ptr) else { return None };
+            .find_map(|t| {
+                if let Type::Typedef(td) = t {
+                    Some(td)
+                } else {
+                    None
+                }
+            })?;
+        let Ok(Type::Ptr(ptr)) = self.btf.resolve_chained_type(&typedef) else {
+            return None;
+        };
+        let Ok(Type::FuncProto(proto)) = self.btf.resolve_chained_type(&ptr) else {
+            return None;
+        };
         let mut names = Vec::new();
         for p in proto.parameters.iter().skip(1) {
             names.push(self.pointee_name(p).unwrap_or_default());
@@ -132,7 +150,9 @@ impl KernelBtf {
                 Type::Int(i) => return self.btf.resolve_name(i).ok(),
                 Type::Typedef(t) => return self.btf.resolve_name(t).ok(),
                 Type::Ptr(x) => self.btf.resolve_chained_type(x).ok()?,
-                Type::Const(x) | Type::Volatile(x) | Type::Restrict(x) => self.btf.resolve_chained_type(x).ok()?,
+                Type::Const(x) | Type::Volatile(x) | Type::Restrict(x) => {
+                    self.btf.resolve_chained_type(x).ok()?
+                }
                 _ => return None,
             };
             ty = next;
@@ -143,11 +163,13 @@ impl KernelBtf {
     /// Argument layout of a `block_rq_*` or `block_bio_*merge` tracepoint, or `None` if absent.
     pub fn arg_layout(&self, tp: &str) -> Option<ArgLayout> {
         let args = self.tracepoint_args(tp)?;
-        Some(if args.first().map(String::as_str) == Some("request_queue") {
-            ArgLayout::QueueFirst
-        } else {
-            ArgLayout::Current
-        })
+        Some(
+            if args.first().map(String::as_str) == Some("request_queue") {
+                ArgLayout::QueueFirst
+            } else {
+                ArgLayout::Current
+            },
+        )
     }
 
     /// Resolves everything the programs need. `enter_fallback` is set when the kernel has no
@@ -166,11 +188,23 @@ impl KernelBtf {
     ///   flag is set (blk_flush_restore_request puts the saved, normally NULL, end_io back).
     pub fn kernel_layout(&self) -> Result<KernelLayout, LayoutError> {
         const WANTED: [&str; 12] = [
-            "__REQ_FAILFAST_DEV", "__REQ_PREFLUSH", "__REQ_FUA", "__REQ_SYNC", "__REQ_META", "__REQ_RAHEAD",
-            "REQ_OP_READ", "REQ_OP_WRITE", "REQ_OP_FLUSH", "REQ_OP_DISCARD", "REQ_OP_WRITE_ZEROES", "__RQF_FLUSH_SEQ",
+            "__REQ_FAILFAST_DEV",
+            "__REQ_PREFLUSH",
+            "__REQ_FUA",
+            "__REQ_SYNC",
+            "__REQ_META",
+            "__REQ_RAHEAD",
+            "REQ_OP_READ",
+            "REQ_OP_WRITE",
+            "REQ_OP_FLUSH",
+            "REQ_OP_DISCARD",
+            "REQ_OP_WRITE_ZEROES",
+            "__RQF_FLUSH_SEQ",
         ];
         let vals = self.enum_values(&WANTED);
-        let val = |i: usize| vals[i].ok_or_else(|| LayoutError::Missing(format!("enumerator {}", WANTED[i])));
+        let val = |i: usize| {
+            vals[i].ok_or_else(|| LayoutError::Missing(format!("enumerator {}", WANTED[i])))
+        };
         // REQ_OP_BITS is a #define; the first flag bit (__REQ_FAILFAST_DEV) sits right above it.
         let op_bits = val(0)?;
         let rqf_flush_seq = match vals[11] {
@@ -189,7 +223,11 @@ impl KernelBtf {
         };
         let (bio_disk, bio_bdev, bdev_disk) = match self.member_offset("bio", "bi_disk") {
             Ok(off) => (off, 0, 0),
-            Err(_) => (0, self.member_offset("bio", "bi_bdev")?, self.member_offset("block_device", "bd_disk")?),
+            Err(_) => (
+                0,
+                self.member_offset("bio", "bi_bdev")?,
+                self.member_offset("block_device", "bd_disk")?,
+            ),
         };
         Ok(KernelLayout {
             rq_q: self.member_offset("request", "q")?,
@@ -237,7 +275,12 @@ mod tests {
     /// `bpftool btf dump file /sys/kernel/btf/vmlinux format c`, parsed here as text.
     #[test]
     fn layout_matches_bpftool_dump() {
-        let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false" | "no" | "off"));
+        let ci = std::env::var("CI").is_ok_and(|v| {
+            !matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "" | "0" | "false" | "no" | "off"
+            )
+        });
         if !Path::new(VMLINUX_BTF).exists() {
             assert!(!ci, "cannot run under CI: no {VMLINUX_BTF}");
             eprintln!("SKIPPED: no {VMLINUX_BTF}");
@@ -249,13 +292,25 @@ mod tests {
             .args(["btf", "dump", "file", VMLINUX_BTF, "format", "c"])
             .output();
         let Ok(dump) = dump else {
-            assert!(!ci, "cannot run under CI: bpftool missing (scripts/provision.sh installs it)");
+            assert!(
+                !ci,
+                "cannot run under CI: bpftool missing (scripts/provision.sh installs it)"
+            );
             return;
         };
         let text = String::from_utf8_lossy(&dump.stdout);
         let enum_val = |name: &str| -> u32 {
-            let line = text.lines().find(|l| l.trim_start().starts_with(&format!("{name} = "))).unwrap();
-            line.split('=').nth(1).unwrap().trim().trim_end_matches(',').parse().unwrap()
+            let line = text
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} = ")))
+                .unwrap();
+            line.split('=')
+                .nth(1)
+                .unwrap()
+                .trim()
+                .trim_end_matches(',')
+                .parse()
+                .unwrap()
         };
         assert_eq!(l.op_write, enum_val("REQ_OP_WRITE"));
         assert_eq!(l.op_flush, enum_val("REQ_OP_FLUSH"));
@@ -264,15 +319,31 @@ mod tests {
         assert_eq!(l.flag_preflush, 1 << enum_val("__REQ_PREFLUSH"));
         assert_eq!(l.op_mask, (1 << enum_val("__REQ_FAILFAST_DEV")) - 1);
         // Offsets: the witness is bpftool's raw dump ("'member' type_id=N bits_offset=M").
-        let raw = std::process::Command::new("bpftool").args(["btf", "dump", "file", VMLINUX_BTF]).output().unwrap();
+        let raw = std::process::Command::new("bpftool")
+            .args(["btf", "dump", "file", VMLINUX_BTF])
+            .output()
+            .unwrap();
         let raw = String::from_utf8_lossy(&raw.stdout);
         let offset = |st: &str, member: &str| -> u32 {
-            let mut lines = raw.lines().skip_while(|l| !l.contains(&format!("STRUCT '{st}' size="))).skip(1);
+            let mut lines = raw
+                .lines()
+                .skip_while(|l| !l.contains(&format!("STRUCT '{st}' size=")))
+                .skip(1);
             let line = lines
-                .find(|l| !l.starts_with('\t') || l.trim_start().starts_with(&format!("'{member}' ")))
+                .find(|l| {
+                    !l.starts_with('\t') || l.trim_start().starts_with(&format!("'{member}' "))
+                })
                 .unwrap_or_else(|| panic!("{st}.{member} not in bpftool dump"));
-            assert!(line.starts_with('\t'), "{st}.{member} not a direct member in bpftool dump");
-            line.rsplit("bits_offset=").next().unwrap().parse::<u32>().unwrap() / 8
+            assert!(
+                line.starts_with('\t'),
+                "{st}.{member} not a direct member in bpftool dump"
+            );
+            line.rsplit("bits_offset=")
+                .next()
+                .unwrap()
+                .parse::<u32>()
+                .unwrap()
+                / 8
         };
         assert_eq!(l.rq_q, offset("request", "q"));
         assert_eq!(l.rq_cmd_flags, offset("request", "cmd_flags"));

@@ -1,0 +1,296 @@
+//! Loads the embedded eBPF object, hands it the kernel layout, and attaches one program per
+//! block tracepoint (tp_btf preferred, raw_tp fallback, the argument layout the kernel has).
+
+use aya::{
+    programs::{BtfTracePoint, RawTracePoint},
+    Btf, Ebpf, EbpfLoader,
+};
+use observer_common::{
+    layout::KernelLayout,
+    maps::{self as m, ClassStats, Settings},
+};
+use tracing::{info, warn};
+
+use super::{
+    btf::{ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF},
+    maps::KernelMaps,
+    tracepoints::{attach_order, Tracepoint},
+};
+use crate::time::monotonic_ns;
+
+/// The eBPF object built by build.rs from `observer-ebpf`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer.bpf.o"));
+
+/// Errors while loading or attaching. Each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// Kernel BTF missing or incomplete.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// Not enough privilege.
+    #[error("missing {0}: run as root, or grant the capabilities (e.g. systemd AmbientCapabilities=CAP_BPF CAP_PERFMON)")]
+    Privilege(String),
+    /// The kernel refused the object or a program.
+    #[error("loading the eBPF programs failed at {what}: {source:#}")]
+    Load {
+        /// Which step.
+        what: String,
+        /// The loader's error (with the verifier log, if any).
+        source: anyhow::Error,
+    },
+}
+
+/// Where and how the programs are attached, for logs and `blkobs_build_info`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AttachInfo {
+    /// `tp_btf` or `raw_tp` (the first program decides; all use the same kind when possible).
+    pub mode: &'static str,
+    /// The tracepoint used as "entered the block layer".
+    pub enter_tracepoint: &'static str,
+}
+
+/// Attached programs; dropping this detaches everything.
+pub struct Probes {
+    _ebpf: Ebpf,
+    /// How they were attached.
+    pub info: AttachInfo,
+}
+
+/// Checks CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN) in the effective set.
+pub fn check_privileges() -> Result<(), ProbeError> {
+    use caps::{CapSet, Capability};
+    let has = |c| caps::has_cap(None, CapSet::Effective, c).unwrap_or(false);
+    if has(Capability::CAP_SYS_ADMIN) {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [
+        (Capability::CAP_BPF, "CAP_BPF"),
+        (Capability::CAP_PERFMON, "CAP_PERFMON"),
+    ]
+    .into_iter()
+    .filter(|(c, _)| !has(*c))
+    .map(|(_, n)| n)
+    .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ProbeError::Privilege(missing.join(" and ")))
+    }
+}
+
+/// Number of `CLASS_STATS` entries that fit a memory budget on this machine.
+pub fn class_stats_entries(budget_mib: u32) -> u32 {
+    let cpus = aya::util::nr_cpus().unwrap_or(1).max(1) as u64;
+    let per_entry = std::mem::size_of::<ClassStats>() as u64 * cpus;
+    ((budget_mib as u64 * 1024 * 1024) / per_entry).clamp(64, 65536) as u32
+}
+
+pub(super) fn load_err(what: impl Into<String>) -> impl FnOnce(anyhow::Error) -> ProbeError {
+    let what = what.into();
+    move |source| ProbeError::Load { what, source }
+}
+
+/// How the programs are attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// `tp_btf` with direct (BTF-checked) loads of kernel struct fields: the fast path.
+    Btf,
+    /// `raw_tp` with `bpf_probe_read_kernel`: for kernels where tp_btf is refused.
+    Raw,
+}
+
+impl Mode {
+    /// The name in logs and `blkobs_build_info{attach}`.
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Btf => "tp_btf",
+            Mode::Raw => "raw_tp",
+        }
+    }
+}
+
+/// A program to attach: its name in the object (argument-layout variant included) and its
+/// tracepoint.
+type Step = (String, &'static str);
+
+/// Loads the object with the layout and map sizes, then attaches every program in one mode, in
+/// the order given.
+fn load_and_attach(
+    mode: Mode,
+    layout: &KernelLayout,
+    btf: &Btf,
+    capacity: (u32, u32),
+    plan: &[Step],
+) -> Result<Ebpf, ProbeError> {
+    let layout = KernelLayout {
+        direct_loads: u32::from(mode == Mode::Btf),
+        loaded_ns: monotonic_ns(),
+        ..*layout
+    };
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(btf))
+        .override_global("LAYOUT", &layout, true)
+        .map_max_entries(m::INFLIGHT, capacity.0)
+        .map_max_entries(m::CLASS_STATS, capacity.1)
+        .load(OBJECT)
+        .map_err(|e| load_err("loading the object")(e.into()))?;
+    for (name, tp) in plan {
+        attach_one(&mut ebpf, mode, btf, name, tp)?;
+    }
+    Ok(ebpf)
+}
+
+/// Loads and attaches program `name` (with `_raw` appended in raw mode) to tracepoint `tp`.
+fn attach_one(
+    ebpf: &mut Ebpf,
+    mode: Mode,
+    btf: &Btf,
+    name: &str,
+    tp: &str,
+) -> Result<(), ProbeError> {
+    let step = |what: &str| load_err(format!("{what} {name} on {tp} ({mode:?})"));
+    let program = match mode {
+        Mode::Btf => name.to_string(),
+        Mode::Raw => format!("{name}_raw"),
+    };
+    let prog = ebpf
+        .program_mut(&program)
+        .ok_or_else(|| step("finding")(anyhow::anyhow!("missing from object")))?;
+    let finding = |e: aya::programs::ProgramError| step("finding")(e.into());
+    match mode {
+        Mode::Btf => {
+            let prog: &mut BtfTracePoint = prog.try_into().map_err(finding)?;
+            prog.load(tp, btf).map_err(|e| step("loading")(e.into()))?;
+            prog.attach().map_err(|e| step("attaching")(e.into()))?;
+        }
+        Mode::Raw => {
+            let prog: &mut RawTracePoint = prog.try_into().map_err(finding)?;
+            prog.load().map_err(|e| step("loading")(e.into()))?;
+            prog.attach(tp).map_err(|e| step("attaching")(e.into()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The entry tracepoint and the programs to attach, each in the variant for this kernel's
+/// tracepoint argument layout (from BTF).
+fn plan(kbtf: &KernelBtf, layout: &KernelLayout) -> Result<(Tracepoint, Vec<Step>), ProbeError> {
+    let order = attach_order(layout.enter_fallback != 0);
+    let enter = *order
+        .last()
+        .expect("the attach order ends with the entry point");
+    if layout.enter_fallback != 0 {
+        warn!("kernel has no block_io_start tracepoint (Linux < 6.5): requests enter at block_rq_insert \
+               or, when directly issued, at block_rq_issue (queue time 0); PREFLUSH/FUA may already be stripped");
+    }
+    let steps = order
+        .into_iter()
+        .map(|t| match kbtf.arg_layout(t.name) {
+            Some(ArgLayout::Current) => Ok((t.program.to_string(), t.name)),
+            Some(ArgLayout::QueueFirst) => Ok((format!("{}_q", t.program), t.name)),
+            None => Err(ProbeError::Layout(LayoutError::Missing(format!(
+                "tracepoint {}",
+                t.name
+            )))),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((enter, steps))
+}
+
+/// Loads as `tp_btf` and, if any program is refused there, everything again as `raw_tp`
+/// (`OBSERVER_ATTACH=raw_tp` forces that). Returns the object and the mode that worked.
+fn load_either_mode(
+    layout: &KernelLayout,
+    btf: &Btf,
+    capacity: (u32, u32),
+    steps: &[Step],
+) -> Result<(Ebpf, Mode), ProbeError> {
+    let attempt = |mode| load_and_attach(mode, layout, btf, capacity, steps).map(|e| (e, mode));
+    if std::env::var("OBSERVER_ATTACH").as_deref() == Ok("raw_tp") {
+        return attempt(Mode::Raw);
+    }
+    attempt(Mode::Btf).or_else(|e| {
+        warn!(error = %format!("{e:#}"), "tp_btf programs refused; loading everything again as raw_tp");
+        attempt(Mode::Raw)
+    })
+}
+
+/// Loads and attaches everything; returns the probes (keep them alive) and the maps.
+///
+/// `inflight_entries` sizes `INFLIGHT`; `stats_memory_mib` bounds `CLASS_STATS` (see
+/// [`class_stats_entries`]); `settings` are written to `SETTINGS` before returning. Errors say
+/// what to do ([`ProbeError`]).
+pub fn attach(
+    inflight_entries: u32,
+    stats_memory_mib: u32,
+    settings: Settings,
+) -> Result<(Probes, KernelMaps), ProbeError> {
+    check_privileges()?;
+    let kbtf = KernelBtf::from_file(VMLINUX_BTF)?;
+    let layout = kbtf.kernel_layout()?;
+    let stats_entries = class_stats_entries(stats_memory_mib);
+    let (enter, steps) = plan(&kbtf, &layout)?;
+    // Free that parse before aya parses BTF again (peak RSS: the kernel's BTF is several MB).
+    drop(kbtf);
+    let btf =
+        Btf::from_sys_fs().map_err(|e| load_err("reading kernel BTF for tp_btf")(e.into()))?;
+    let (mut ebpf, mode) =
+        load_either_mode(&layout, &btf, (inflight_entries, stats_entries), &steps)?;
+    drop(btf);
+    // Give the memory of both BTF parses back to the system.
+    unsafe { libc::malloc_trim(0) };
+    let (mode, enter_tp) = (mode.name(), enter.name);
+    info!(
+        mode,
+        enter = enter_tp,
+        class_stats_entries = stats_entries,
+        inflight_entries,
+        "eBPF programs attached"
+    );
+    let maps = KernelMaps::take(&mut ebpf, inflight_entries, stats_entries)?;
+    maps.set_settings(settings)
+        .map_err(|e| load_err("writing SETTINGS")(e.into()))?;
+    Ok((
+        Probes {
+            _ebpf: ebpf,
+            info: AttachInfo {
+                mode,
+                enter_tracepoint: enter_tp,
+            },
+        },
+        maps,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use object::{Object, ObjectSection, ObjectSymbol, RelocationTarget};
+
+    /// No program calls an out-of-line `memset`/`memcpy`/`memmove`/`memcmp`/`bcmp`: the compiler
+    /// emits them as global BPF subprograms, which kernels before ~6.6 refuse when handed a map
+    /// value ("reg type unsupported for arg#0 function memset", Debian 12's 6.1). Structs in
+    /// maps are written field by field instead (observer-ebpf `fill`, `put`).
+    #[test]
+    fn programs_call_no_memory_builtins() {
+        let obj = object::File::parse(super::OBJECT).expect("the embedded eBPF object is ELF");
+        let mut calls = Vec::new();
+        for section in obj.sections() {
+            for (_, reloc) in section.relocations() {
+                if let RelocationTarget::Symbol(i) = reloc.target() {
+                    let name = obj
+                        .symbol_by_index(i)
+                        .ok()
+                        .and_then(|s| s.name().ok().map(str::to_string))
+                        .unwrap_or_default();
+                    if ["memset", "memcpy", "memmove", "memcmp", "bcmp"].contains(&name.as_str()) {
+                        calls.push(format!("{} -> {name}", section.name().unwrap_or("?")));
+                    }
+                }
+            }
+        }
+        assert!(
+            calls.is_empty(),
+            "calls to out-of-line memory builtins: {calls:?}"
+        );
+    }
+}

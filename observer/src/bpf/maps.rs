@@ -1,0 +1,101 @@
+//! Userspace handles on the programs' maps, taken out of the loaded [`Ebpf`] object.
+
+use std::sync::Mutex;
+
+use aya::{
+    maps::{
+        Array, HashMap, IterableMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf,
+    },
+    Ebpf,
+};
+use observer_common::maps::{
+    self as m, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges, Settings,
+};
+
+use super::loader::{load_err, ProbeError};
+
+/// Every map the daemon reads or writes, owned (so the [`Ebpf`] object only keeps the
+/// programs attached).
+pub struct KernelMaps {
+    /// `INFLIGHT`: request pointer → state (read side, for scrapes).
+    pub inflight: HashMap<MapData, u64, Inflight>,
+    /// A second handle on `INFLIGHT` for the [`crate::collect::reaper`], the only userspace
+    /// writer.
+    pub inflight_rw: Mutex<HashMap<MapData, u64, Inflight>>,
+    /// `CLASS_STATS`: (dev, class) → per-CPU stats.
+    pub class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats>,
+    /// `ERRORS`: (dev, class, status) → per-CPU count.
+    pub errors: PerCpuHashMap<MapData, ErrorKey, u64>,
+    /// `COUNTERS`: [`observer_common::maps::Counter`] → per-CPU count.
+    pub counters: PerCpuArray<MapData, u64>,
+    /// `SETTINGS`: thresholds, writable at runtime.
+    pub settings: Mutex<Array<MapData, Settings>>,
+    /// `DEVSTATE`: per-device last completion / dispatch.
+    pub devstate: Array<MapData, DevState>,
+    /// `EVENTS` ring buffer, taken by the event reader at startup.
+    pub events: Mutex<Option<RingBuf<MapData>>>,
+    /// `LOG_RANGES`: disk → filesystem log ranges; written only by [`crate::fslog`].
+    pub log_ranges: Mutex<Array<MapData, LogRanges>>,
+    /// Capacity of `INFLIGHT` (entries).
+    pub inflight_capacity: u32,
+    /// Capacity of `CLASS_STATS` (entries).
+    pub class_stats_capacity: u32,
+}
+
+impl KernelMaps {
+    /// Takes every map out of a loaded object. The capacities are the ones the object was
+    /// loaded with. Errors name the map that is missing or of the wrong type.
+    pub fn take(
+        ebpf: &mut Ebpf,
+        inflight_capacity: u32,
+        class_stats_capacity: u32,
+    ) -> Result<KernelMaps, ProbeError> {
+        let mut take = |name: &str| {
+            ebpf.take_map(name).ok_or_else(|| {
+                load_err(format!("map {name}"))(anyhow::anyhow!("missing from object"))
+            })
+        };
+        let conv =
+            |name: &'static str| move |e: MapError| load_err(format!("map {name}"))(e.into());
+        let inflight: HashMap<MapData, u64, Inflight> =
+            HashMap::try_from(take(m::INFLIGHT)?).map_err(conv(m::INFLIGHT))?;
+        // dup(2) the map fd for the reaper: BPF_MAP_GET_FD_BY_ID would need CAP_SYS_ADMIN.
+        let dup = std::os::fd::AsFd::as_fd(IterableMap::map(&inflight).fd())
+            .try_clone_to_owned()
+            .map_err(|e| load_err("map INFLIGHT (dup)")(e.into()))?;
+        let inflight_rw = MapData::from_fd(dup).map_err(conv(m::INFLIGHT))?;
+        Ok(KernelMaps {
+            inflight,
+            inflight_rw: Mutex::new(
+                HashMap::try_from(Map::HashMap(inflight_rw)).map_err(conv(m::INFLIGHT))?,
+            ),
+            class_stats: PerCpuHashMap::try_from(take(m::CLASS_STATS)?)
+                .map_err(conv(m::CLASS_STATS))?,
+            errors: PerCpuHashMap::try_from(take(m::ERRORS)?).map_err(conv(m::ERRORS))?,
+            counters: PerCpuArray::try_from(take(m::COUNTERS)?).map_err(conv(m::COUNTERS))?,
+            settings: Mutex::new(Array::try_from(take(m::SETTINGS)?).map_err(conv(m::SETTINGS))?),
+            devstate: Array::try_from(take(m::DEVSTATE)?).map_err(conv(m::DEVSTATE))?,
+            events: Mutex::new(Some(
+                RingBuf::try_from(take(m::EVENTS)?).map_err(conv(m::EVENTS))?,
+            )),
+            log_ranges: Mutex::new(
+                Array::try_from(take(m::LOG_RANGES)?).map_err(conv(m::LOG_RANGES))?,
+            ),
+            inflight_capacity,
+            class_stats_capacity,
+        })
+    }
+
+    /// The device's state from its `DEVSTATE` slot, if the slot is this device's.
+    pub fn devstate_of(&self, dev: u32) -> Option<DevState> {
+        self.devstate
+            .get(&m::dev_slot(dev), 0)
+            .ok()
+            .filter(|d| d.dev == dev)
+    }
+
+    /// Writes new thresholds for the programs (takes effect at the next event).
+    pub fn set_settings(&self, s: Settings) -> Result<(), MapError> {
+        self.settings.lock().expect("settings lock").set(0, s, 0)
+    }
+}

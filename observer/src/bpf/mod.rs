@@ -1,0 +1,9 @@
+//! The kernel side, seen from userspace: the kernel's BTF ([`btf`]), the one tracepoint table
+//! ([`tracepoints`]), loading and attaching the embedded programs ([`loader`]), the map handles
+//! ([`maps`]) and batched reads of the largest map ([`batch`]).
+
+pub mod batch;
+pub mod btf;
+pub mod loader;
+pub mod maps;
+pub mod tracepoints;

@@ -1,0 +1,54 @@
+//! The one table of block tracepoints the observer attaches to, with the names of the programs
+//! (observer-ebpf) and of the empty "floor" programs (observer-ebpf `floor.rs`) for each.
+
+/// A block tracepoint and the programs attached to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tracepoint {
+    /// Tracepoint name (include/trace/events/block.h), e.g. `block_rq_complete`.
+    pub name: &'static str,
+    /// Base name of the observer's program: `<program>` is the `tp_btf` variant, `<program>_q`
+    /// the one for the older `(struct request_queue *, ...)` argument layout, and `_raw` appended
+    /// the `raw_tp` variant.
+    pub program: &'static str,
+    /// The empty `tp_btf` program of the floor object (`observer-floor`).
+    pub floor_program: &'static str,
+}
+
+const fn tp(name: &'static str, program: &'static str, floor_program: &'static str) -> Tracepoint {
+    Tracepoint {
+        name,
+        program,
+        floor_program,
+    }
+}
+
+/// The tracepoints every kernel has, in attach order: from the end of a request's life to its
+/// start, so every request that gets an entry is sure to be seen at dispatch and completion.
+/// The entry point ([`ENTER`] or [`ENTER_FALLBACK`]) is attached last.
+pub const LIFECYCLE: [Tracepoint; 6] = [
+    tp("block_rq_complete", "rq_complete", "f_rq_complete"),
+    tp("block_rq_requeue", "rq_requeue", "f_rq_requeue"),
+    tp("block_rq_merge", "rq_merge", "f_rq_merge"),
+    tp("block_bio_backmerge", "bio_backmerge", "f_bio_back"),
+    tp("block_bio_frontmerge", "bio_frontmerge", "f_bio_front"),
+    tp("block_rq_issue", "rq_issue", "f_rq_issue"),
+];
+
+/// Where a request enters the block layer: `block_io_start` (block/blk-core.c,
+/// `blk_account_io_start`; Linux ≥ 6.5), where PREFLUSH/FUA are still set.
+pub const ENTER: Tracepoint = tp("block_io_start", "io_start", "f_io_start");
+
+/// The entry point on kernels without `block_io_start` (< 6.5): `block_rq_insert`; directly
+/// issued requests then enter at `block_rq_issue` (queue time 0).
+pub const ENTER_FALLBACK: Tracepoint = tp("block_rq_insert", "rq_insert", "f_rq_insert");
+
+/// The tracepoints to attach to, in order: [`LIFECYCLE`], then the entry point this kernel has.
+pub fn attach_order(enter_fallback: bool) -> Vec<Tracepoint> {
+    let mut plan = LIFECYCLE.to_vec();
+    plan.push(if enter_fallback {
+        ENTER_FALLBACK
+    } else {
+        ENTER
+    });
+    plan
+}

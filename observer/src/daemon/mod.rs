@@ -1,0 +1,159 @@
+//! The daemon: attaches the programs, builds the shared [`AppState`], starts the background
+//! tasks (reaper, histogram snapshots, ring-buffer reader, filesystem log discovery), serves
+//! HTTP until SIGTERM/SIGINT, and reloads on SIGHUP ([`service`]).
+
+pub mod service;
+
+use std::{
+    sync::{Arc, Mutex, RwLock},
+    time::Duration,
+};
+
+use anyhow::Context;
+use tracing::info;
+
+use crate::{
+    bpf::loader,
+    collect::{
+        events::History,
+        reaper::{self, Reaped},
+        snapshot::Snapshot,
+        windows::{self, HistogramWindows},
+    },
+    config::{Config, ConfigError, DeviceFilter},
+    exposition::BucketMap,
+    fslog, http,
+    state::{AppState, ReloadableSettings},
+    time::monotonic_ns,
+};
+
+/// Runs the daemon with `cfg` until SIGTERM or SIGINT. `reload` produces the configuration again
+/// (file + flags, as at startup) on SIGHUP. Errors: attaching the programs, binding the
+/// listener, starting the background tasks.
+#[tokio::main]
+pub async fn run<L>(cfg: Config, reload: L) -> anyhow::Result<()>
+where
+    L: Fn() -> Result<Config, ConfigError> + Send + Sync + 'static,
+{
+    crate::stalls::set_cgroup_root(cfg.host_root.as_deref());
+    if let Some(r) = &cfg.host_root {
+        info!(host_root = %r.display(), "host view: mount table, device nodes and cgroups read under this directory");
+    }
+    let (probes, maps) = loader::attach(
+        cfg.maps.inflight_entries,
+        cfg.maps.stats_memory_mib,
+        cfg.stalls.settings(),
+    )?;
+    let state = Arc::new(AppState {
+        maps,
+        runtime: RwLock::new(ReloadableSettings {
+            filter: DeviceFilter::new(&cfg.devices),
+            buckets: BucketMap::new(&cfg.histogram.buckets),
+            settings: cfg.stalls.settings(),
+        }),
+        info: probes.info.clone(),
+        reaped: Reaped::default(),
+        history: Mutex::new(History::new(
+            cfg.stalls.history_requests,
+            cfg.stalls.history_episodes,
+        )),
+        windows: Mutex::new(HistogramWindows::default()),
+        fslog: Arc::default(),
+    });
+    spawn_reaper_and_windows(state.clone());
+    spawn_event_reader(state.clone())?;
+    let fslog_state = state.clone();
+    fslog::spawn(
+        move |want| {
+            fslog::sync_map(
+                &mut fslog_state.maps.log_ranges.lock().expect("LOG_RANGES lock"),
+                want,
+            )
+        },
+        state.fslog.clone(),
+        fslog::Sources::for_host_root(cfg.host_root.as_deref()),
+    )
+    .context("starting the filesystem log discovery thread")?;
+    let listener = tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| {
+        format!("cannot listen on {}: choose another address with --listen or `listen` in the config", cfg.listen)
+    })?;
+    info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
+    service::spawn_reload_on_sighup(service::Reloader::new(reload, state.clone(), cfg.clone()))?;
+    service::notify_ready(&format!("serving on {}", listener.local_addr()?));
+    axum::serve(listener, http::router(state))
+        .with_graceful_shutdown(shutdown())
+        .await
+        .context("HTTP server")?;
+    drop(probes);
+    info!("stopped; eBPF programs detached");
+    Ok(())
+}
+
+/// Every second: the reaper pass, then a histogram snapshot when one is due (every
+/// [`windows::INTERVAL_NS`], and at once at startup).
+fn spawn_reaper_and_windows(st: Arc<AppState>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let st = st.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                {
+                    let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
+                    reaper::reap(&mut map, st.maps.inflight_capacity, &st.reaped);
+                }
+                let filter = st.runtime.read().expect("runtime lock").filter.clone();
+                let now = monotonic_ns();
+                let due = st.windows.lock().expect("windows lock").oldest().is_none()
+                    || now % windows::INTERVAL_NS < 1_100_000_000;
+                if due {
+                    let snap = Snapshot::read(&st.maps, &st.reaped, &filter);
+                    st.windows.lock().expect("windows lock").record(now, &snap);
+                }
+            })
+            .await;
+        }
+    });
+}
+
+/// Reads the `EVENTS` ring buffer whenever it is readable, into the history. Fails if the ring
+/// buffer was already taken or cannot be polled.
+fn spawn_event_reader(state: Arc<AppState>) -> anyhow::Result<()> {
+    let ring = state
+        .maps
+        .events
+        .lock()
+        .expect("events lock")
+        .take()
+        .context("EVENTS ring buffer already taken")?;
+    // SAFETY: the ring buffer owns its fd for as long as the AsyncFd lives.
+    let mut fd = unsafe { tokio::io::unix::AsyncFd::register(ring) }
+        .map_err(|e| anyhow::anyhow!("polling the EVENTS ring buffer: {e}"))?;
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = fd.readable_mut().await else {
+                return;
+            };
+            let ring = guard.get_inner_mut();
+            let mut history = state.history.lock().expect("history lock");
+            while let Some(item) = ring.next() {
+                history.ingest(&item);
+            }
+            drop(history);
+            guard.clear_ready();
+        }
+    });
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT, after telling the service manager (`STOPPING=1`).
+async fn shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    info!("shutting down");
+    service::notify_stopping();
+}

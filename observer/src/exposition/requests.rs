@@ -1,0 +1,183 @@
+//! Completed requests per (device, class): the latency histograms by stage, the per-class
+//! counters and the error counts. Declares `blkobs_request_latency_seconds`,
+//! `blkobs_{slow_,}requests_total`, `blkobs_bytes_total`, `blkobs_merges_total`,
+//! `blkobs_requeues_total`, `blkobs_lost_completions_total` and `blkobs_request_errors_total`.
+
+use prometheus::proto::{Bucket, Histogram, MetricFamily, MetricType};
+
+use observer_common::Stage;
+
+use super::{BucketMap, MetricDesc};
+use crate::{
+    collect::snapshot::{ClassTotals, Snapshot},
+    labels::{class_label_values, status_name},
+};
+
+/// Labels of every per-(device, class) series: `device`, `op`, then the flags of
+/// [`observer_common::class::FLAGS`] in that order.
+pub const CLASS_LABELS: &[&str] = &[
+    "device",
+    "op",
+    "preflush",
+    "fua",
+    "sync",
+    "meta",
+    "readahead",
+    "log",
+];
+
+/// Latency histogram per (device, class, stage).
+pub const REQUEST_LATENCY: MetricDesc = MetricDesc {
+    name: "blkobs_request_latency_seconds",
+    help: "Block request latency by stage: queue = entered block layer to dispatch (btt Q2D), device = dispatch to completion (D2C), total = Q2C.",
+    kind: MetricType::HISTOGRAM,
+    labels: &["device", "op", "preflush", "fua", "sync", "meta", "readahead", "log", "stage"],
+};
+
+const fn class_counter(name: &'static str, help: &'static str) -> MetricDesc {
+    MetricDesc {
+        name,
+        help,
+        kind: MetricType::COUNTER,
+        labels: CLASS_LABELS,
+    }
+}
+
+/// A per-class counter: its descriptor, which field of [`ClassTotals`] it exports, and whether
+/// zero values are exported (so that rates of the always-present counters work).
+pub struct ClassCounter {
+    /// Name, help, labels.
+    pub desc: MetricDesc,
+    /// The value.
+    pub get: fn(&ClassTotals) -> u64,
+    /// Export a series even when the value is 0.
+    pub with_zeros: bool,
+}
+
+/// The per-class counters, in exposition order.
+pub const CLASS_COUNTERS: [ClassCounter; 6] = [
+    ClassCounter {
+        desc: class_counter("blkobs_slow_requests_total", "Completed requests over their op's slow threshold (see /stalls)."),
+        get: |t| t.slow,
+        with_zeros: true,
+    },
+    ClassCounter {
+        desc: class_counter(
+            "blkobs_requests_total",
+            "Completed block requests (final completion; merged-away requests are not counted).",
+        ),
+        get: |t| t.requests,
+        with_zeros: true,
+    },
+    ClassCounter {
+        desc: class_counter("blkobs_bytes_total", "Bytes of completed block requests."),
+        get: |t| t.bytes,
+        with_zeros: false,
+    },
+    ClassCounter {
+        desc: class_counter("blkobs_merges_total", "Bios merged into existing requests plus requests merged into others."),
+        get: |t| t.merges,
+        with_zeros: false,
+    },
+    ClassCounter {
+        desc: class_counter("blkobs_requeues_total", "Times completed requests had been requeued to be dispatched again."),
+        get: |t| t.requeues,
+        with_zeros: false,
+    },
+    ClassCounter {
+        desc: class_counter(
+            "blkobs_lost_completions_total",
+            "Completed requests (included in blkobs_requests_total) whose completion event never reached the programs: no latency or bytes recorded.",
+        ),
+        get: |t| t.lost,
+        with_zeros: false,
+    },
+];
+
+/// Failed completions per (device, op, `blk_status_t` name).
+pub const REQUEST_ERRORS: MetricDesc = MetricDesc {
+    name: "blkobs_request_errors_total",
+    help: "Completions with a non-zero blk_status_t.",
+    kind: MetricType::COUNTER,
+    labels: &["device", "op", "status"],
+};
+
+/// The histogram family: one series per (device, class, stage) with samples.
+pub fn latency(s: &Snapshot, buckets: &BucketMap) -> MetricFamily {
+    let mut series = Vec::new();
+    for ((dev, class), t) in &s.classes {
+        for stage in Stage::ALL {
+            let st = &t.stages[stage as usize];
+            let count = st.count();
+            if count == 0 {
+                continue;
+            }
+            let mut values = class_label_values(dev, *class);
+            values.push(stage.name());
+            let mut h = Histogram::default();
+            h.set_sample_count(count);
+            h.set_sample_sum(st.sum_ns as f64 * 1e-9);
+            let cumulative = buckets.bounds.iter().zip(buckets.cumulative(&st.buckets));
+            h.set_bucket(
+                cumulative
+                    .map(|(&le, c)| {
+                        let mut b = Bucket::default();
+                        b.set_upper_bound(le);
+                        b.set_cumulative_count(c);
+                        b
+                    })
+                    .collect(),
+            );
+            series.push(REQUEST_LATENCY.histogram(&values, h));
+        }
+    }
+    REQUEST_LATENCY.family(series)
+}
+
+/// The per-class counter families, in [`CLASS_COUNTERS`] order.
+pub fn counters(s: &Snapshot) -> Vec<MetricFamily> {
+    CLASS_COUNTERS
+        .iter()
+        .map(|c| {
+            let series = s
+                .classes
+                .iter()
+                .filter(|(_, t)| c.with_zeros || (c.get)(t) > 0)
+                .map(|((dev, class), t)| {
+                    c.desc
+                        .counter(&class_label_values(dev, *class), (c.get)(t) as f64)
+                })
+                .collect();
+            c.desc.family(series)
+        })
+        .collect()
+}
+
+/// The error family.
+pub fn errors(s: &Snapshot) -> MetricFamily {
+    let series = s
+        .errors
+        .iter()
+        .map(|((dev, class, status), n)| {
+            REQUEST_ERRORS.counter(
+                &[dev.as_str(), class.op().name(), &status_name(*status)],
+                *n as f64,
+            )
+        })
+        .collect();
+    REQUEST_ERRORS.family(series)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use observer_common::class::FLAGS;
+
+    #[test]
+    fn class_labels_follow_the_flags() {
+        let flags: Vec<&str> = FLAGS.iter().map(|(_, n)| *n).collect();
+        assert_eq!(&CLASS_LABELS[2..], flags.as_slice());
+        assert_eq!(&REQUEST_LATENCY.labels[..CLASS_LABELS.len()], CLASS_LABELS);
+        assert_eq!(REQUEST_LATENCY.labels.last(), Some(&"stage"));
+    }
+}

@@ -1,0 +1,93 @@
+//! The observer's own health: requests it could not track, map fill, build and attach mode.
+//! Declares `blkobs_untracked_completions_total`, `blkobs_dropped_requests_total`,
+//! `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_map_entries`,
+//! `blkobs_map_capacity` and `blkobs_build_info`.
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use super::MetricDesc;
+use crate::{bpf::loader::AttachInfo, collect::snapshot::Snapshot};
+
+/// Completions of requests never seen entering.
+pub const UNTRACKED_COMPLETIONS: MetricDesc = MetricDesc {
+    name: "blkobs_untracked_completions_total",
+    help: "Final completions of requests never seen entering (in flight before the daemon started): counted, no latency recorded.",
+    kind: MetricType::COUNTER,
+    labels: &[],
+};
+
+/// Requests or completions lost to a full map, by map.
+pub const DROPPED_REQUESTS: MetricDesc = MetricDesc {
+    name: "blkobs_dropped_requests_total",
+    help: "Requests or completions not recorded because a map was full.",
+    kind: MetricType::COUNTER,
+    labels: &["reason"],
+};
+
+/// Request states overwritten by a new dispatch of the same request struct.
+pub const STALE_REQUESTS: MetricDesc = MetricDesc {
+    name: "blkobs_stale_requests_total",
+    help: "Request states discarded because the request was dispatched again without requeue or completion.",
+    kind: MetricType::COUNTER,
+    labels: &[],
+};
+
+/// Completions with timestamps going backwards.
+pub const CLOCK_ANOMALIES: MetricDesc = MetricDesc {
+    name: "blkobs_clock_anomalies_total",
+    help: "Completions whose timestamps went backwards; their latency was not recorded.",
+    kind: MetricType::COUNTER,
+    labels: &[],
+};
+
+/// Entries in a BPF map now.
+pub const MAP_ENTRIES: MetricDesc = MetricDesc {
+    name: "blkobs_map_entries",
+    help: "Entries in a BPF map now.",
+    kind: MetricType::GAUGE,
+    labels: &["map"],
+};
+
+/// Capacity of a BPF map.
+pub const MAP_CAPACITY: MetricDesc = MetricDesc {
+    name: "blkobs_map_capacity",
+    help: "Maximum entries of a BPF map.",
+    kind: MetricType::GAUGE,
+    labels: &["map"],
+};
+
+/// Version and attach mode, value 1.
+pub const BUILD_INFO: MetricDesc = MetricDesc {
+    name: "blkobs_build_info",
+    help: "Version and how the eBPF programs are attached.",
+    kind: MetricType::GAUGE,
+    labels: &["version", "attach", "enter_tracepoint"],
+};
+
+/// The self-monitoring families, in the order above.
+pub fn families(s: &Snapshot, info: &AttachInfo) -> Vec<MetricFamily> {
+    let c = &s.counters;
+    vec![
+        UNTRACKED_COMPLETIONS.family(vec![
+            UNTRACKED_COMPLETIONS.counter(&[], c.untracked_completions as f64)
+        ]),
+        DROPPED_REQUESTS.family(vec![
+            DROPPED_REQUESTS.counter(&["inflight_map_full"], c.inflight_full as f64),
+            DROPPED_REQUESTS.counter(&["stats_map_full"], c.stats_full as f64),
+        ]),
+        STALE_REQUESTS.family(vec![STALE_REQUESTS.counter(&[], c.stale_entries as f64)]),
+        CLOCK_ANOMALIES.family(vec![CLOCK_ANOMALIES.counter(&[], c.clock_anomalies as f64)]),
+        MAP_ENTRIES.family(vec![
+            MAP_ENTRIES.gauge(&["inflight"], s.inflight_entries.0 as f64),
+            MAP_ENTRIES.gauge(&["class_stats"], s.class_stats_entries.0 as f64),
+        ]),
+        MAP_CAPACITY.family(vec![
+            MAP_CAPACITY.gauge(&["inflight"], s.inflight_entries.1 as f64),
+            MAP_CAPACITY.gauge(&["class_stats"], s.class_stats_entries.1 as f64),
+        ]),
+        BUILD_INFO.family(vec![BUILD_INFO.gauge(
+            &[env!("CARGO_PKG_VERSION"), info.mode, info.enter_tracepoint],
+            1.0,
+        )]),
+    ]
+}

@@ -1,0 +1,82 @@
+//! Stall episodes and lost stall/slow records. Declares `blkobs_stall_episodes_total`,
+//! `blkobs_stall_seconds_total` and `blkobs_events_dropped_total`.
+
+use std::collections::BTreeMap;
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use super::MetricDesc;
+use crate::{
+    collect::{events::History, snapshot::Snapshot},
+    config::DeviceFilter,
+    labels::{device_name, stall_kind_name},
+};
+
+/// Ended stall episodes per (device, kind).
+pub const STALL_EPISODES: MetricDesc = MetricDesc {
+    name: "blkobs_stall_episodes_total",
+    help: "Ended stall episodes: kind=device (requests at the device, none completed) or dispatch (requests queued, none dispatched) for longer than the episode threshold.",
+    kind: MetricType::COUNTER,
+    labels: &["device", "kind"],
+};
+
+/// Total length of ended stall episodes per (device, kind).
+pub const STALL_SECONDS: MetricDesc = MetricDesc {
+    name: "blkobs_stall_seconds_total",
+    help: "Total length of ended stall episodes.",
+    kind: MetricType::COUNTER,
+    labels: &["device", "kind"],
+};
+
+/// Slow-request and stall records lost, by where.
+pub const EVENTS_DROPPED: MetricDesc = MetricDesc {
+    name: "blkobs_events_dropped_total",
+    help: "Slow-request and stall records lost: reason=ringbuf_full in the kernel, or history_full when the in-memory history dropped its oldest.",
+    kind: MetricType::COUNTER,
+    labels: &["reason"],
+};
+
+/// (device name, kind) → (episodes, seconds). Every device of the snapshot gets both kinds,
+/// 0 until an episode ends, so alerts and rates work; devices the filter refuses are left out.
+fn episode_totals<'a>(
+    s: &Snapshot,
+    history: &History,
+    filter: &DeviceFilter,
+) -> BTreeMap<(String, &'a str), (u64, f64)> {
+    let mut totals: BTreeMap<(String, &str), (u64, f64)> = BTreeMap::new();
+    for dev in s.inflight.keys() {
+        totals.insert((dev.clone(), "device"), (0, 0.0));
+        totals.insert((dev.clone(), "dispatch"), (0, 0.0));
+    }
+    for ((dev, kind), (n, secs)) in &history.episode_totals {
+        let name = device_name(*dev);
+        if !filter.allows(&name) {
+            continue;
+        }
+        let t = totals.entry((name, stall_kind_name(*kind))).or_default();
+        t.0 += n;
+        t.1 += secs;
+    }
+    totals
+}
+
+/// The three families.
+pub fn families(s: &Snapshot, history: &History, filter: &DeviceFilter) -> Vec<MetricFamily> {
+    let (mut episodes, mut seconds) = (Vec::new(), Vec::new());
+    for ((dev, kind), (n, secs)) in &episode_totals(s, history, filter) {
+        episodes.push(STALL_EPISODES.counter(&[dev, kind], *n as f64));
+        seconds.push(STALL_SECONDS.counter(&[dev, kind], *secs));
+    }
+    let dropped = vec![
+        EVENTS_DROPPED.counter(&["ringbuf_full"], s.counters.events_dropped as f64),
+        EVENTS_DROPPED.counter(
+            &["history_full"],
+            (history.slow_overflow + history.episode_overflow) as f64,
+        ),
+    ];
+    vec![
+        STALL_EPISODES.family(episodes),
+        STALL_SECONDS.family(seconds),
+        EVENTS_DROPPED.family(dropped),
+    ]
+}

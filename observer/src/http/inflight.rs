@@ -1,0 +1,42 @@
+//! `GET /inflight`: every request in flight, oldest first (parameters `device`, `min`, `limit`;
+//! at most 1000 by default).
+
+use std::{collections::HashMap, sync::Arc};
+
+use axum::{
+    extract::{Query, State},
+    response::{IntoResponse, Response},
+    Json,
+};
+
+use super::{blocking, params::parse};
+use crate::{
+    stalls::{self, CgroupNames, Filter},
+    state::AppState,
+    time::Clock,
+};
+
+/// The handler: 400 on a bad parameter, else `{"now": ..., "requests": [...]}`.
+pub async fn get_inflight(
+    State(st): State<Arc<AppState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let clock = Clock::now();
+    let p = match parse(&q, &["device", "min", "limit"], &clock) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let list = blocking(move || {
+        let f = Filter {
+            device: p.device,
+            since_ns: None,
+            min_ns: p.min_ns,
+            limit: p.limit.unwrap_or(1000),
+        };
+        let filter = st.runtime.read().expect("runtime lock").filter.clone();
+        stalls::inflight(&st.maps, &filter, &f, &clock, &mut CgroupNames::default())
+    })
+    .await;
+    Json(serde_json::json!({ "now": clock.rfc3339(clock.mono_now), "requests": list }))
+        .into_response()
+}

@@ -1,0 +1,40 @@
+//! `GET /metrics`: the Prometheus text format of a fresh snapshot, the stall history and the
+//! filesystem log discovery.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::State,
+    http::{header, StatusCode},
+    response::IntoResponse,
+};
+
+use crate::{collect::snapshot::Snapshot, exposition, fslog, state::AppState};
+
+/// The handler: reads the maps off the async workers (map reads are syscalls); 500 if that
+/// task fails.
+pub async fn get_metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+    let body = tokio::task::spawn_blocking(move || {
+        let rt = st.runtime.read().expect("runtime lock").clone();
+        let snap = Snapshot::read(&st.maps, &st.reaped, &rt.filter);
+        let history = st.history.lock().expect("history lock");
+        exposition::render(&snap, &history, &rt.buckets, &st.info, &rt.filter)
+            + &fslog::render_metrics(&st.fslog.get())
+    })
+    .await;
+    match body {
+        Ok(body) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("scrape failed: {e}\n"),
+        )
+            .into_response(),
+    }
+}

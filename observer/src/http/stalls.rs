@@ -1,0 +1,66 @@
+//! `GET /stalls`: stuck requests, stall episodes, slow requests (parameters `device`, `since`,
+//! `min`, `limit`, `format`). Text unless JSON is asked for (`format=json` or `Accept`).
+
+use std::{collections::HashMap, sync::Arc};
+
+use axum::{
+    extract::{Query, State},
+    http::{header, HeaderMap},
+    response::{IntoResponse, Response},
+    Json,
+};
+use observer_common::Stage;
+
+use super::{
+    blocking,
+    params::{parse, wants_json},
+};
+use crate::{
+    stalls::{self, Filter, ReportInput},
+    state::AppState,
+    time::Clock,
+};
+
+/// The handler: 400 on a bad parameter, else the report (50 per list by default).
+pub async fn get_stalls(
+    State(st): State<Arc<AppState>>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let clock = Clock::now();
+    let p = match parse(&q, &["device", "since", "min", "limit", "format"], &clock) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let json = wants_json(&p, &headers);
+    let report = blocking(move || {
+        let query = Filter {
+            device: p.device,
+            since_ns: p.since_ns,
+            min_ns: p.min_ns,
+            limit: p.limit.unwrap_or(50),
+        };
+        let settings = st.runtime.read().expect("runtime lock").settings;
+        let slow_total_ns = std::array::from_fn(|op| settings.slow_ns[op][Stage::Total as usize]);
+        let history = st.history.lock().expect("history lock");
+        let filter = st.runtime.read().expect("runtime lock").filter.clone();
+        stalls::report(&ReportInput {
+            maps: &st.maps,
+            history: &history,
+            filter: &filter,
+            query: &query,
+            stall_ns: settings.stall_ns,
+            slow_total_ns,
+        })
+    })
+    .await;
+    if json {
+        Json(report).into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            stalls::render_text(&report),
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,134 @@
+//! Label values decoded from kernel numbers, in one place: device numbers → kernel device
+//! names, `blk_status_t` → status names, class bits → op/flags/rwbs, stall kinds, task comms.
+//! Used by the exposition, the `/stalls` reports and the histogram windows alike.
+
+use std::path::Path;
+
+use observer_common::{
+    class::{Class, FLAGS},
+    maps::{dev_major, dev_minor, STALL_DEVICE},
+};
+use serde::Serialize;
+
+/// The kernel's name for a disk (`vda`, `loop0`, `nvme0n1`), from the `/sys/dev/block/MAJ:MIN`
+/// symlink; `MAJ:MIN` if the device is gone. Looked up on every call, so a device number reused
+/// by a new device is named correctly.
+pub fn device_name(dev: u32) -> String {
+    device_name_in(Path::new("/sys/dev/block"), dev)
+}
+
+fn device_name_in(sys_dev_block: &Path, dev: u32) -> String {
+    let id = format!("{}:{}", dev_major(dev), dev_minor(dev));
+    std::fs::read_link(sys_dev_block.join(&id))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or(id)
+}
+
+/// Name of a `blk_status_t` (include/linux/blk_types.h), lower case without `BLK_STS_`
+/// (`ok`, `ioerr`, ...); `code_N` for a value this table does not know.
+pub fn status_name(status: u8) -> String {
+    const NAMES: [&str; 17] = [
+        "ok",
+        "notsupp",
+        "timeout",
+        "nospc",
+        "transport",
+        "target",
+        "resv_conflict",
+        "medium",
+        "protection",
+        "resource",
+        "ioerr",
+        "dm_requeue",
+        "again",
+        "dev_resource",
+        "zone_open_resource",
+        "zone_active_resource",
+        "offline",
+    ];
+    NAMES
+        .get(status as usize)
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| format!("code_{status}"))
+}
+
+/// The `kind` of a stall (`StallEvent::stall`): `device` for [`STALL_DEVICE`] (requests at the
+/// device, none completed), `dispatch` otherwise (requests queued, none dispatched).
+pub fn stall_kind_name(kind: u32) -> &'static str {
+    if kind == STALL_DEVICE {
+        "device"
+    } else {
+        "dispatch"
+    }
+}
+
+/// A task's `comm` as the kernel stores it (16 bytes, NUL-padded) → text.
+pub fn comm(raw: &[u8; 16]) -> String {
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..end]).into_owned()
+}
+
+/// Op, flags and rwbs of a class, as the JSON API shows them (flattened into each record).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ClassInfo {
+    /// `op` label value (`read`, `write`, `flush`, ...).
+    pub op: &'static str,
+    /// Set flags, as label names (`preflush`, `fua`, `sync`, `meta`, `readahead`, `log`).
+    pub flags: Vec<&'static str>,
+    /// blktrace rwbs letters, e.g. `FWFSM`.
+    pub rwbs: String,
+}
+
+impl ClassInfo {
+    /// Decodes a class word (see [`observer_common::class`]).
+    pub fn of(class: u16) -> ClassInfo {
+        let c = Class(class);
+        ClassInfo {
+            op: c.op().name(),
+            flags: FLAGS
+                .iter()
+                .filter(|(b, _)| c.has(*b))
+                .map(|(_, n)| *n)
+                .collect(),
+            rwbs: c.rwbs(&mut [0; 8]).to_string(),
+        }
+    }
+}
+
+/// `(label, value)` pairs of a (device, class) series: `device`, `op`, then every flag of
+/// [`FLAGS`] as `"true"`/`"false"`, in that order (the order of the exported label set).
+pub fn class_label_values(device: &str, class: Class) -> Vec<&str> {
+    let mut v = vec![device, class.op().name()];
+    for (bit, _) in FLAGS {
+        v.push(if class.has(bit) { "true" } else { "false" });
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_from_sysfs_with_fallback() {
+        let dir = std::env::temp_dir().join(format!("obs-devtest-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink("../../devices/virtual/block/loop3", dir.join("7:3")).unwrap();
+        assert_eq!(
+            device_name_in(&dir, observer_common::maps::mkdev(7, 3)),
+            "loop3"
+        );
+        assert_eq!(
+            device_name_in(&dir, observer_common::maps::mkdev(259, 1)),
+            "259:1"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn status_names() {
+        assert_eq!(status_name(10), "ioerr");
+        assert_eq!(status_name(200), "code_200");
+    }
+}

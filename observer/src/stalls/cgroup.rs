@@ -1,0 +1,74 @@
+//! cgroup v2 ids (captured by the programs at submission) → cgroup paths, for the submitter of
+//! each request in `/stalls` and `/inflight`.
+
+use std::collections::BTreeMap;
+
+static CGROUP_ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Sets where the cgroup v2 tree is: `<host_root>/sys/fs/cgroup` (or `/sys/fs/cgroup`), or its
+/// `unified/` subdirectory on a hybrid (v1 + v2) host. Checked by filesystem magic, so a v1
+/// hierarchy is never searched for v2 ids. Call once at startup.
+pub fn set_cgroup_root(host_root: Option<&std::path::Path>) {
+    let _ = CGROUP_ROOT.set(find_cgroup2_root(
+        host_root.unwrap_or(std::path::Path::new("/")),
+    ));
+}
+
+fn find_cgroup2_root(root: &std::path::Path) -> std::path::PathBuf {
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let base = root.join("sys/fs/cgroup");
+    for cand in [base.clone(), base.join("unified")] {
+        let Ok(c) = std::ffi::CString::new(cand.as_os_str().as_encoded_bytes()) else {
+            continue;
+        };
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid C string and statfs buffer.
+        if unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0
+            && st.f_type as i64 == CGROUP2_SUPER_MAGIC
+        {
+            return cand;
+        }
+    }
+    base
+}
+
+fn cgroup_root() -> &'static std::path::Path {
+    CGROUP_ROOT.get_or_init(|| find_cgroup2_root(std::path::Path::new("/")))
+}
+
+/// cgroup v2 id → path, by the inode numbers of the cgroup v2 tree's directories (kernfs ids).
+#[derive(Default)]
+pub struct CgroupNames(BTreeMap<u64, Option<String>>);
+
+impl CgroupNames {
+    /// Path of a cgroup id ("/" for the root), cached.
+    pub fn path(&mut self, id: u64) -> Option<String> {
+        if id == 0 {
+            return None;
+        }
+        self.0
+            .entry(id)
+            .or_insert_with(|| find_cgroup(cgroup_root(), id, 0))
+            .clone()
+    }
+}
+
+fn find_cgroup(dir: &std::path::Path, id: u64, depth: u32) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir).ok()?;
+    if meta.ino() == id {
+        let rel = dir.strip_prefix(cgroup_root()).ok()?;
+        return Some(format!("/{}", rel.display()));
+    }
+    if depth > 8 {
+        return None;
+    }
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            if let Some(p) = find_cgroup(&e.path(), id, depth + 1) {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
