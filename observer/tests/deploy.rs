@@ -624,7 +624,7 @@ fn unit_identity_finds_logs() {
     stop(d);
 
     // The shipped unit.
-    let base = format!("{SLOW_ALL}");
+    let base = SLOW_ALL.to_string();
     let cfg = dir.config("observer.toml", &base);
     let config = ["--config", cfg.to_str().unwrap()];
     let d = spawn_in(&dir, &config, "unit.log", |argv| {

@@ -54,7 +54,10 @@ enum Task {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
@@ -109,18 +112,44 @@ fn main() -> Result<()> {
             run(cargo().args(["build", "--release", "-p", "observer"]))?;
             run(Command::new(root().join("target/release/observer")).args(args))
         }
-        Task::Test { no_vm, allow_skips, args } => {
+        Task::Test {
+            no_vm,
+            allow_skips,
+            args,
+        } => {
             provision()?;
             // Tests that cannot run here record why in this file (observer/tests/common `skip`).
             let skip_log = root().join("target/skipped-tests.txt");
             let _ = std::fs::remove_file(&skip_log);
+            // Style gates first: they take seconds and fail fast.
+            run(cargo().args(["fmt", "--all", "--check"]))?;
+            run(cargo().args([
+                "clippy",
+                "--workspace",
+                "--exclude",
+                "observer-ebpf",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
             // Integration tests share loop devices and the kernel's tracepoints: one at a time.
-            let host = run(cargo().env("BLKOBS_SKIP_LOG", &skip_log).args(["test"]).args(&args).args(["--", "--test-threads=1"]));
+            let host = run(cargo()
+                .env("BLKOBS_SKIP_LOG", &skip_log)
+                .args(["test"])
+                .args(&args)
+                .args(["--", "--test-threads=1"]));
             let matrix = if no_vm {
                 eprintln!("\n######## KERNEL MATRIX SKIPPED (--no-vm): 5.10, 6.1, 6.12 NOT TESTED ########\n");
                 Ok(())
             } else if host.is_ok() {
-                vm::run(&root(), vm::VmArgs { timeout_min: 12, ..Default::default() })
+                vm::run(
+                    &root(),
+                    vm::VmArgs {
+                        timeout_min: 12,
+                        ..Default::default()
+                    },
+                )
             } else {
                 Ok(())
             };

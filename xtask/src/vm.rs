@@ -42,7 +42,10 @@ struct Outcome {
 pub fn check(args: &VmArgs) -> Result<()> {
     for k in &args.kernels {
         if !LABELS.contains(&k.as_str()) {
-            bail!("unknown kernel label {k:?}: use --kernel with one of {}", LABELS.join(", "));
+            bail!(
+                "unknown kernel label {k:?}: use --kernel with one of {}",
+                LABELS.join(", ")
+            );
         }
     }
     Ok(())
@@ -59,35 +62,79 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
     // One guest at a time on this machine, whichever checkout asks (2 cores).
     fs::create_dir_all(vm_kernels::cache_dir())?;
     let lock_path = vm_kernels::cache_dir().join("lock");
-    let lock = fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+    let lock = fs::File::create(&lock_path)
+        .with_context(|| format!("creating {}", lock_path.display()))?;
     use std::os::fd::AsRawFd;
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        eprintln!("[vm] another vmtest holds {}: waiting for it", lock_path.display());
+        eprintln!(
+            "[vm] another vmtest holds {}: waiting for it",
+            lock_path.display()
+        );
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            bail!("locking {}: {}", lock_path.display(), std::io::Error::last_os_error());
+            bail!(
+                "locking {}: {}",
+                lock_path.display(),
+                std::io::Error::last_os_error()
+            );
         }
     }
-    let cmd = if args.cmd.is_empty() { build_matrix_test(root)? } else { args.cmd.clone() };
+    let cmd = if args.cmd.is_empty() {
+        build_matrix_test(root)?
+    } else {
+        args.cmd.clone()
+    };
     let apt = vm_kernels::apt_update()?;
     let mut outcomes = Vec::new();
     for label in &args.kernels {
         let started = Instant::now();
         let kernel = vm_kernels::fetch(&apt, label)?;
-        eprintln!("[vm] {label}: {} ({}), prepared in {:.1?}", kernel.package, kernel.kver, started.elapsed());
-        let o = boot(root, &kernel, &cmd, Duration::from_secs(args.timeout_min * 60))?;
+        eprintln!(
+            "[vm] {label}: {} ({}), prepared in {:.1?}",
+            kernel.package,
+            kernel.kver,
+            started.elapsed()
+        );
+        let o = boot(
+            root,
+            &kernel,
+            &cmd,
+            Duration::from_secs(args.timeout_min * 60),
+        )?;
         outcomes.push(o);
     }
     eprintln!("\n[vm] kernel matrix: {}", shell_words(&cmd));
-    eprintln!("[vm] {:<6} {:<28} {:>16} {:>10}  result", "label", "kernel", "boot->payload", "total");
+    eprintln!(
+        "[vm] {:<6} {:<28} {:>16} {:>10}  result",
+        "label", "kernel", "boot->payload", "total"
+    );
     for o in &outcomes {
-        let boot = o.boot.map_or("-".into(), |b| format!("{:.1}s", b.as_secs_f64()));
-        let res = o.error.as_deref().map_or("ok", |e| e.split(['(', ';']).next().unwrap_or("").trim());
-        eprintln!("[vm] {:<6} {:<28} {:>16} {:>9.1}s  {res}", o.label, o.kver, boot, o.total.as_secs_f64());
+        let boot = o
+            .boot
+            .map_or("-".into(), |b| format!("{:.1}s", b.as_secs_f64()));
+        let res = o
+            .error
+            .as_deref()
+            .map_or("ok", |e| e.split(['(', ';']).next().unwrap_or("").trim());
+        eprintln!(
+            "[vm] {:<6} {:<28} {:>16} {:>9.1}s  {res}",
+            o.label,
+            o.kver,
+            boot,
+            o.total.as_secs_f64()
+        );
     }
     let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.error.is_some()).collect();
     if !failed.is_empty() {
-        let msgs: Vec<String> = failed.iter().map(|o| format!("kernel {}: {}", o.label, o.error.as_ref().unwrap())).collect();
-        bail!("kernel matrix failed on {} of {} kernel(s):\n{}", failed.len(), outcomes.len(), msgs.join("\n"));
+        let msgs: Vec<String> = failed
+            .iter()
+            .map(|o| format!("kernel {}: {}", o.label, o.error.as_ref().unwrap()))
+            .collect();
+        bail!(
+            "kernel matrix failed on {} of {} kernel(s):\n{}",
+            failed.len(),
+            outcomes.len(),
+            msgs.join("\n")
+        );
     }
     Ok(())
 }
@@ -96,7 +143,15 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
 /// host and returns the command that runs it.
 fn build_matrix_test(root: &Path) -> Result<Vec<String>> {
     let mut c = crate::cargo();
-    c.args(["test", "--no-run", "-p", "observer", "--test", "matrix", "--message-format=json-render-diagnostics"]);
+    c.args([
+        "test",
+        "--no-run",
+        "-p",
+        "observer",
+        "--test",
+        "matrix",
+        "--message-format=json-render-diagnostics",
+    ]);
     c.stdout(Stdio::piped());
     eprintln!("+ {c:?}");
     let out = c.output().context("starting cargo")?;
@@ -105,7 +160,9 @@ fn build_matrix_test(root: &Path) -> Result<Vec<String>> {
     }
     let mut exe = None;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
         if v["reason"] == "compiler-artifact" && v["target"]["name"] == "matrix" {
             if let Some(e) = v["executable"].as_str() {
                 exe = Some(e.to_string());
@@ -113,7 +170,10 @@ fn build_matrix_test(root: &Path) -> Result<Vec<String>> {
         }
     }
     let exe = exe.context("cargo did not report the matrix test executable")?;
-    let rel = Path::new(&exe).strip_prefix(root).map(|p| p.display().to_string()).unwrap_or(exe);
+    let rel = Path::new(&exe)
+        .strip_prefix(root)
+        .map(|p| p.display().to_string())
+        .unwrap_or(exe);
     Ok(vec![rel, "--test-threads=1".into(), "--nocapture".into()])
 }
 
@@ -126,11 +186,15 @@ fn shell_words(cmd: &[String]) -> String {
 }
 
 fn virtiofsd() -> Result<PathBuf> {
-    ["/usr/lib/qemu/virtiofsd", "/usr/libexec/virtiofsd", "/usr/bin/virtiofsd"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .context("no virtiofsd: install qemu-system-x86 (bash scripts/provision.sh)")
+    [
+        "/usr/lib/qemu/virtiofsd",
+        "/usr/libexec/virtiofsd",
+        "/usr/bin/virtiofsd",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+    .context("no virtiofsd: install qemu-system-x86 (bash scripts/provision.sh)")
 }
 
 /// Starts virtiofsd for `dir`; read-only through a private read-only bind mount of its own (in a
@@ -145,16 +209,29 @@ fn spawn_virtiofsd(dir: &Path, sock: &Path, ro_mnt: Option<&Path>, log: &Path) -
     let src = match ro_mnt {
         Some(m) => {
             fs::create_dir_all(m)?;
-            script += &format!("mount --bind {0} {1}; mount -o remount,bind,ro {1}; ", quote(&dir.display().to_string()), quote(&m.display().to_string()));
+            script += &format!(
+                "mount --bind {0} {1}; mount -o remount,bind,ro {1}; ",
+                quote(&dir.display().to_string()),
+                quote(&m.display().to_string())
+            );
             m
         }
         None => dir,
     };
-    let (src, sock) = (quote(&src.display().to_string()), quote(&sock.display().to_string()));
+    let (src, sock) = (
+        quote(&src.display().to_string()),
+        quote(&sock.display().to_string()),
+    );
     script += &if rust {
-        format!("exec {} --socket-path={sock} --shared-dir={src} --cache={cache} --sandbox=namespace", d.display())
+        format!(
+            "exec {} --socket-path={sock} --shared-dir={src} --cache={cache} --sandbox=namespace",
+            d.display()
+        )
     } else {
-        format!("exec {} --socket-path={sock} -o source={src} -o cache={cache} -o sandbox=namespace", d.display())
+        format!(
+            "exec {} --socket-path={sock} -o source={src} -o cache={cache} -o sandbox=namespace",
+            d.display()
+        )
     };
     let logf = fs::File::create(log)?;
     Command::new("unshare")
@@ -202,7 +279,12 @@ fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Ou
     let root_sock = run.join("hostroot.sock");
     let ws_sock = run.join("workspace.sock");
     let mut fsds = vec![
-        spawn_virtiofsd(Path::new("/"), &root_sock, Some(&run.join("ro")), &dir.join("virtiofsd-hostroot.log"))?,
+        spawn_virtiofsd(
+            Path::new("/"),
+            &root_sock,
+            Some(&run.join("ro")),
+            &dir.join("virtiofsd-hostroot.log"),
+        )?,
         spawn_virtiofsd(root, &ws_sock, None, &dir.join("virtiofsd-workspace.log"))?,
     ];
     let t0 = Instant::now();
@@ -211,27 +293,62 @@ fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Ou
             for f in &mut fsds {
                 let _ = f.kill();
             }
-            bail!("virtiofsd did not create its sockets in 10 s: see {}/virtiofsd-*.log", dir.display());
+            bail!(
+                "virtiofsd did not create its sockets in 10 s: see {}/virtiofsd-*.log",
+                dir.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
 
     let mem = "3072M";
     let mut q = Command::new("qemu-system-x86_64");
-    q.args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", mem, "-nographic", "-nodefaults", "-no-user-config"])
-        .args(["-serial", "stdio", "-no-reboot", "-bios", "qboot.rom"])
-        .args(["-object", &format!("memory-backend-memfd,id=mem,size={mem},share=on"), "-numa", "node,memdev=mem"])
-        .args(["-chardev", &format!("socket,id=fs0,path={}", root_sock.display())])
-        .args(["-device", "vhost-user-fs-pci,queue-size=1024,chardev=fs0,tag=hostroot"])
-        .args(["-chardev", &format!("socket,id=fs1,path={}", ws_sock.display())])
-        .args(["-device", "vhost-user-fs-pci,queue-size=1024,chardev=fs1,tag=workspace"])
-        .arg("-kernel")
-        .arg(&k.vmlinuz)
-        .arg("-initrd")
-        .arg(&initrd)
-        .args(["-append", "console=ttyS0 panic=-1 loglevel=4 mitigations=off"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped());
+    q.args([
+        "-accel",
+        "tcg",
+        "-cpu",
+        "max",
+        "-smp",
+        "2",
+        "-m",
+        mem,
+        "-nographic",
+        "-nodefaults",
+        "-no-user-config",
+    ])
+    .args(["-serial", "stdio", "-no-reboot", "-bios", "qboot.rom"])
+    .args([
+        "-object",
+        &format!("memory-backend-memfd,id=mem,size={mem},share=on"),
+        "-numa",
+        "node,memdev=mem",
+    ])
+    .args([
+        "-chardev",
+        &format!("socket,id=fs0,path={}", root_sock.display()),
+    ])
+    .args([
+        "-device",
+        "vhost-user-fs-pci,queue-size=1024,chardev=fs0,tag=hostroot",
+    ])
+    .args([
+        "-chardev",
+        &format!("socket,id=fs1,path={}", ws_sock.display()),
+    ])
+    .args([
+        "-device",
+        "vhost-user-fs-pci,queue-size=1024,chardev=fs1,tag=workspace",
+    ])
+    .arg("-kernel")
+    .arg(&k.vmlinuz)
+    .arg("-initrd")
+    .arg(&initrd)
+    .args([
+        "-append",
+        "console=ttyS0 panic=-1 loglevel=4 mitigations=off",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped());
     eprintln!("[vm] {label}: booting {} ({})", k.vmlinuz.display(), k.kver);
     let start = Instant::now();
     let mut qemu = match q.spawn() {
@@ -241,7 +358,9 @@ fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Ou
                 let _ = f.kill();
                 let _ = f.wait();
             }
-            return Err(e).context("starting qemu-system-x86_64: install qemu-system-x86 (bash scripts/provision.sh)");
+            return Err(e).context(
+                "starting qemu-system-x86_64: install qemu-system-x86 (bash scripts/provision.sh)",
+            );
         }
     };
     let state = Arc::new(Mutex::new(Console::default()));
@@ -253,7 +372,9 @@ fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Ou
             let mut r = BufReader::new(stdout);
             let mut buf = Vec::new();
             while r.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
-                let line = String::from_utf8_lossy(&buf).trim_end_matches(['\r', '\n']).to_string();
+                let line = String::from_utf8_lossy(&buf)
+                    .trim_end_matches(['\r', '\n'])
+                    .to_string();
                 buf.clear();
                 let _ = writeln!(log, "{line}");
                 eprintln!("[{label}] {line}");
@@ -302,9 +423,21 @@ fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Ou
     let _ = fs::remove_dir_all(&run);
 
     let s = state.lock().unwrap();
-    let rc = s.rc.or_else(|| fs::read_to_string(&rcfile).ok().and_then(|t| t.trim().parse().ok()));
+    let rc = s.rc.or_else(|| {
+        fs::read_to_string(&rcfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+    });
     let boot = s.payload_at.map(|t| t - start);
-    let tail = s.tail.iter().rev().take(25).rev().cloned().collect::<Vec<_>>().join("\n  ");
+    let tail = s
+        .tail
+        .iter()
+        .rev()
+        .take(25)
+        .rev()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("\n  ");
     let log = dir.join("console.log").display().to_string();
     let error = if timed_out {
         Some(format!(
@@ -325,7 +458,17 @@ fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Ou
         }
     };
     if let Some(b) = boot {
-        eprintln!("[vm] {label}: boot to payload {:.1}s, total {:.1}s, payload rc {rc:?}", b.as_secs_f64(), total.as_secs_f64());
+        eprintln!(
+            "[vm] {label}: boot to payload {:.1}s, total {:.1}s, payload rc {rc:?}",
+            b.as_secs_f64(),
+            total.as_secs_f64()
+        );
     }
-    Ok(Outcome { label: label.clone(), kver: k.kver.clone(), boot, total, error })
+    Ok(Outcome {
+        label: label.clone(),
+        kver: k.kver.clone(),
+        boot,
+        total,
+        error,
+    })
 }

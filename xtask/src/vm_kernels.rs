@@ -28,13 +28,19 @@ fn spec(label: &str) -> Result<(&'static str, &'static [&'static str])> {
         "6.1" => ("linux-image-6.1.0-", &["bookworm"]),
         // trixie's own (+deb13), or bookworm's security/backports build (+deb12).
         "6.12" => ("linux-image-6.12.", &["trixie", "bookworm"]),
-        other => bail!("unknown kernel label {other:?}: use one of {}", LABELS.join(", ")),
+        other => bail!(
+            "unknown kernel label {other:?}: use one of {}",
+            LABELS.join(", ")
+        ),
     })
 }
 
 /// `linux-image-<prefix>...-cloud-amd64-unsigned`; for 6.1 only `6.1.0-<digits>-`.
 fn matches(label: &str, prefix: &str, name: &str) -> bool {
-    let Some(mid) = name.strip_prefix(prefix).and_then(|r| r.strip_suffix("-cloud-amd64-unsigned")) else {
+    let Some(mid) = name
+        .strip_prefix(prefix)
+        .and_then(|r| r.strip_suffix("-cloud-amd64-unsigned"))
+    else {
         return false;
     };
     label != "6.1" || mid.chars().all(|c| c.is_ascii_digit())
@@ -85,7 +91,11 @@ fn apt_opts(apt: &Path) -> Vec<String> {
 fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
     if !out.status.success() {
-        bail!("{cmd:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -94,7 +104,8 @@ fn output(cmd: &mut Command) -> Result<String> {
 pub fn apt_update() -> Result<PathBuf> {
     let apt = cache_dir().join("apt");
     for d in ["lists/partial", "cache/archives/partial"] {
-        fs::create_dir_all(apt.join(d)).with_context(|| format!("creating {} (run as root)", apt.display()))?;
+        fs::create_dir_all(apt.join(d))
+            .with_context(|| format!("creating {} (run as root)", apt.display()))?;
     }
     fs::write(apt.join("sources.list"), SOURCES)?;
     eprintln!("[vm] apt-get update (own lists under {})", apt.display());
@@ -113,34 +124,55 @@ pub fn apt_update() -> Result<PathBuf> {
 }
 
 fn version_gt(a: &str, b: &str) -> bool {
-    Command::new("dpkg").args(["--compare-versions", a, "gt", b]).status().is_ok_and(|s| s.success())
+    Command::new("dpkg")
+        .args(["--compare-versions", a, "gt", b])
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Candidate packages for a label, newest version first: (package, version).
 fn candidates(apt: &Path, label: &str) -> Result<Vec<(String, String)>> {
     let (prefix, suites) = spec(label)?;
-    let names: Vec<String> = output(Command::new("apt-cache").args(apt_opts(apt)).args(["pkgnames", "linux-image-"]))?
-        .lines()
-        .filter(|n| matches(label, prefix, n))
-        .map(str::to_string)
-        .collect();
+    let names: Vec<String> = output(
+        Command::new("apt-cache")
+            .args(apt_opts(apt))
+            .args(["pkgnames", "linux-image-"]),
+    )?
+    .lines()
+    .filter(|n| matches(label, prefix, n))
+    .map(str::to_string)
+    .collect();
     if names.is_empty() {
-        bail!("no package {prefix}*-cloud-amd64-unsigned in {}: apt lists incomplete?", apt.display());
+        bail!(
+            "no package {prefix}*-cloud-amd64-unsigned in {}: apt lists incomplete?",
+            apt.display()
+        );
     }
-    let madison = output(Command::new("apt-cache").args(apt_opts(apt)).arg("madison").args(&names))?;
+    let madison = output(
+        Command::new("apt-cache")
+            .args(apt_opts(apt))
+            .arg("madison")
+            .args(&names),
+    )?;
     let mut found: Vec<(String, String)> = Vec::new();
     for line in madison.lines() {
         let f: Vec<&str> = line.split('|').map(str::trim).collect();
         let [pkg, ver, src] = f[..] else { continue };
         let suite = src.split_whitespace().nth(1).unwrap_or("");
-        if suites.iter().any(|s| suite.starts_with(&format!("{s}/")) || suite.starts_with(&format!("{s}-"))) {
+        if suites
+            .iter()
+            .any(|s| suite.starts_with(&format!("{s}/")) || suite.starts_with(&format!("{s}-")))
+        {
             found.push((pkg.to_string(), ver.to_string()));
         }
     }
     // Insertion sort, newest first, by dpkg's version order (a few dozen entries).
     let mut sorted: Vec<(String, String)> = Vec::new();
     for c in found {
-        let at = sorted.iter().position(|s| version_gt(&c.1, &s.1)).unwrap_or(sorted.len());
+        let at = sorted
+            .iter()
+            .position(|s| version_gt(&c.1, &s.1))
+            .unwrap_or(sorted.len());
         sorted.insert(at, c);
     }
     sorted.dedup();
@@ -157,7 +189,11 @@ pub fn fetch(apt: &Path, label: &str) -> Result<Kernel> {
         let file = debs.join(format!("{pkg}_{}_amd64.deb", ver.replace(':', "%3a")));
         // The registry lists some packages it does not serve (404): remember those for a day.
         let missing = debs.join(format!("{pkg}_{ver}.unavailable"));
-        let recent = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|e| e.as_secs() < 86_400));
+        let recent = |p: &Path| {
+            fs::metadata(p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|e| e.as_secs() < 86_400))
+        };
         if !file.exists() && recent(&missing) {
             errors.push(format!("{pkg}={ver} (404 within the last day)"));
             continue;
@@ -177,7 +213,10 @@ pub fn fetch(apt: &Path, label: &str) -> Result<Kernel> {
             }
         }
         if !errors.is_empty() {
-            eprintln!("[vm] {label}: newer packages listed but not served: {}", errors.join(", "));
+            eprintln!(
+                "[vm] {label}: newer packages listed but not served: {}",
+                errors.join(", ")
+            );
         }
         return unpack(label, pkg, &file);
     }
@@ -209,12 +248,23 @@ fn unpack(label: &str, pkg: &str, deb: &Path) -> Result<Kernel> {
     if !done.exists() {
         // 6.12's modules are .ko.xz: decompress them once here, not in every (emulated) guest.
         let sh = "find lib/modules/ -name '*.ko.xz' -print0 | xargs -0 -r -P2 -n64 xz -d";
-        crate::run(Command::new("sh").args(["-c", sh]).current_dir(root.join(""))).context("xz -d (xz-utils)")?;
+        crate::run(
+            Command::new("sh")
+                .args(["-c", sh])
+                .current_dir(root.join("")),
+        )
+        .context("xz -d (xz-utils)")?;
         crate::run(Command::new("depmod").arg("-b").arg(&root).arg(&kver))
             .context("depmod failed: install kmod (scripts/provision.sh does)")?;
         fs::write(&done, "")?;
     }
-    Ok(Kernel { label: label.into(), package: pkg.into(), kver, root, vmlinuz })
+    Ok(Kernel {
+        label: label.into(),
+        package: pkg.into(),
+        kver,
+        root,
+        vmlinuz,
+    })
 }
 
 /// Modules (in load order) that must be in the initramfs for virtiofs: whatever of them is not
@@ -223,24 +273,46 @@ fn boot_modules(k: &Kernel) -> Result<Vec<PathBuf>> {
     let moddir = k.root.join("lib/modules").join(&k.kver);
     let dep = fs::read_to_string(moddir.join("modules.dep")).context("modules.dep (depmod)")?;
     let name = |p: &str| -> String {
-        let f = Path::new(p).file_name().unwrap().to_string_lossy().into_owned();
+        let f = Path::new(p)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         f.split('.').next().unwrap().replace('-', "_")
     };
     let mut by_name: HashMap<String, (String, Vec<String>)> = HashMap::new();
     for line in dep.lines() {
-        let Some((m, deps)) = line.split_once(':') else { continue };
-        by_name.insert(name(m), (m.to_string(), deps.split_whitespace().map(str::to_string).collect()));
+        let Some((m, deps)) = line.split_once(':') else {
+            continue;
+        };
+        by_name.insert(
+            name(m),
+            (
+                m.to_string(),
+                deps.split_whitespace().map(str::to_string).collect(),
+            ),
+        );
     }
     let mut order = Vec::new();
     let mut seen = HashSet::new();
-    fn visit(n: &str, by: &HashMap<String, (String, Vec<String>)>, seen: &mut HashSet<String>, out: &mut Vec<String>) {
+    fn visit(
+        n: &str,
+        by: &HashMap<String, (String, Vec<String>)>,
+        seen: &mut HashSet<String>,
+        out: &mut Vec<String>,
+    ) {
         if !seen.insert(n.to_string()) {
             return;
         }
         if let Some((path, deps)) = by.get(n) {
             for d in deps {
                 let dn = Path::new(d).file_name().unwrap().to_string_lossy();
-                visit(&dn.split('.').next().unwrap().replace('-', "_"), by, seen, out);
+                visit(
+                    &dn.split('.').next().unwrap().replace('-', "_"),
+                    by,
+                    seen,
+                    out,
+                );
             }
             out.push(path.clone());
         }
@@ -267,7 +339,10 @@ pub fn initramfs(k: &Kernel, dir: &Path, conf: &str) -> Result<PathBuf> {
     let mut order = String::new();
     for m in boot_modules(k)? {
         let base = m.file_name().unwrap().to_string_lossy().into_owned();
-        let plain = base.trim_end_matches(".xz").trim_end_matches(".zst").to_string();
+        let plain = base
+            .trim_end_matches(".xz")
+            .trim_end_matches(".zst")
+            .to_string();
         let bytes = match base.rsplit('.').next() {
             Some("xz") => output_bytes(Command::new("xz").arg("-dc").arg(&m))?,
             Some("zst") => output_bytes(Command::new("zstd").arg("-dc").arg(&m))?,
@@ -288,7 +363,8 @@ pub fn initramfs(k: &Kernel, dir: &Path, conf: &str) -> Result<PathBuf> {
         tree.display(),
         out.display()
     );
-    crate::run(Command::new("sh").arg("-c").arg(sh)).context("building the initramfs needs cpio and gzip")?;
+    crate::run(Command::new("sh").arg("-c").arg(sh))
+        .context("building the initramfs needs cpio and gzip")?;
     Ok(out)
 }
 
