@@ -5,6 +5,27 @@ set -euo pipefail
 
 log() { printf '[provision] %s\n' "$*" >&2; }
 
+# apt_ensure WHAT PKG...: installs the packages not installed yet (as root), or exits saying
+# what to install.
+apt_ensure() {
+  local what=$1 p
+  shift
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing Debian packages for $what: ${missing[*]}"
+    log "run as root, or install them yourself: sudo apt-get install -y --no-install-recommends ${missing[*]}"
+    exit 1
+  fi
+  log "installing $what: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
 APT_PKGS=(
   # Debian route for the eBPF build: rustc 1.96 on LLVM 22 + prebuilt core for bpfel-unknown-none.
   rustc-web libstd-rust-web-dev-bpf
@@ -14,21 +35,7 @@ APT_PKGS=(
   xfsprogs e2fsprogs fio fsmark prometheus bpftool util-linux fdisk curl
 )
 
-missing=()
-for p in "${APT_PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    log "missing Debian packages: ${missing[*]}"
-    log "run as root, or install them yourself: sudo apt-get install -y ${missing[*]}"
-    exit 1
-  fi
-  log "installing: ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+apt_ensure "the build and the tests" "${APT_PKGS[@]}"
 
 BPF_LINKER_VERSION=0.13.0
 if ! command -v bpf-linker >/dev/null 2>&1 || ! bpf-linker --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION"; then
@@ -45,16 +52,7 @@ log "toolchain ready: $(/usr/bin/rustc --version), $(bpf-linker --version)"
 # (PyPI) in a venv of our own for the DaemonSet check. Tests look for it at
 # /opt/blkobs-tools/venv/bin/kubernetes-validate (override: KUBERNETES_VALIDATE=/path).
 OPS_APT_PKGS=(prometheus systemd python3-venv python3-pip strace bpftool fio util-linux)
-ops_missing=()
-for p in "${OPS_APT_PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || ops_missing+=("$p")
-done
-if [ "${#ops_missing[@]}" -gt 0 ]; then
-  log "installing operations tooling: ${ops_missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${ops_missing[@]}" >/dev/null
-fi
+apt_ensure "operations tooling" "${OPS_APT_PKGS[@]}"
 KV_VERSION=1.37.0
 KV_VENV=/opt/blkobs-tools/venv
 if ! "$KV_VENV/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$KV_VERSION"; then
@@ -74,25 +72,12 @@ log "operations tooling ready: $(prometheus --version 2>&1 | head -1), $(systemd
 
 # ---------------------------------------------------------------------------------------------
 # Kernel matrix (`cargo xtask vmtest`, xtask/src/vm.rs): boots Debian's own 5.10 / 6.1 / 6.12 cloud
-# kernels in qemu (TCG) with this host's root filesystem shared read-only over virtio-9p.
+# kernels in qemu (TCG) with this host's root filesystem shared read-only over virtiofs
+# (virtiofsd ships with qemu-system-common, a dependency of qemu-system-x86).
 # qemu-system-x86 boots them, busybox-static + cpio make the initramfs, kmod runs depmod on the
 # host and modprobe in the guest, dpkg/apt (always present) download and unpack the packages.
 VM_APT_PKGS=(qemu-system-x86 busybox-static cpio kmod xz-utils gzip iproute2)
-vm_missing=()
-for p in "${VM_APT_PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || vm_missing+=("$p")
-done
-if [ "${#vm_missing[@]}" -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    log "missing Debian packages for the kernel matrix: ${vm_missing[*]}"
-    log "run as root, or install them yourself: sudo apt-get install -y --no-install-recommends ${vm_missing[*]}"
-    exit 1
-  fi
-  log "installing kernel-matrix tooling: ${vm_missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${vm_missing[@]}" >/dev/null
-fi
+apt_ensure "the kernel matrix" "${VM_APT_PKGS[@]}"
 log "kernel-matrix tooling ready: $(qemu-system-x86_64 --version | head -1)"
 
 # Tests read tracefs (the ftrace witness, tracepoint lists); a fresh machine has it unmounted.
