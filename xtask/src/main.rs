@@ -5,6 +5,7 @@
 
 mod bench;
 mod vm;
+mod vm_boot;
 mod vm_kernels;
 
 use std::{

@@ -6,16 +6,14 @@
 
 use std::{
     fs,
-    io::{BufRead, BufReader, Write},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
+    path::Path,
+    process::Stdio,
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
 
-use crate::vm_kernels::{self, Kernel, LABELS};
+use crate::vm_kernels::{self, LABELS};
 
 #[derive(clap::Args, Default)]
 pub struct VmArgs {
@@ -30,12 +28,12 @@ pub struct VmArgs {
     pub cmd: Vec<String>,
 }
 
-struct Outcome {
-    label: String,
-    kver: String,
-    boot: Option<Duration>,
-    total: Duration,
-    error: Option<String>,
+pub(crate) struct Outcome {
+    pub(crate) label: String,
+    pub(crate) kver: String,
+    pub(crate) boot: Option<Duration>,
+    pub(crate) total: Duration,
+    pub(crate) error: Option<String>,
 }
 
 /// Rejects unknown kernel labels (before anything is installed or built).
@@ -94,7 +92,7 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
             kernel.kver,
             started.elapsed()
         );
-        let o = boot(
+        let o = crate::vm_boot::boot(
             root,
             &kernel,
             &cmd,
@@ -177,298 +175,10 @@ fn build_matrix_test(root: &Path) -> Result<Vec<String>> {
     Ok(vec![rel, "--test-threads=1".into(), "--nocapture".into()])
 }
 
-fn quote(s: &str) -> String {
+pub(crate) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-fn shell_words(cmd: &[String]) -> String {
+pub(crate) fn shell_words(cmd: &[String]) -> String {
     cmd.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ")
-}
-
-fn virtiofsd() -> Result<PathBuf> {
-    [
-        "/usr/lib/qemu/virtiofsd",
-        "/usr/libexec/virtiofsd",
-        "/usr/bin/virtiofsd",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .find(|p| p.exists())
-    .context("no virtiofsd: install qemu-system-x86 (bash scripts/provision.sh)")
-}
-
-/// Starts virtiofsd for `dir`; read-only through a private read-only bind mount of its own (in a
-/// mount namespace of its own, invisible to the host).
-fn spawn_virtiofsd(dir: &Path, sock: &Path, ro_mnt: Option<&Path>, log: &Path) -> Result<Child> {
-    let d = virtiofsd()?;
-    let rust = !d.starts_with("/usr/lib/qemu");
-    let _ = fs::remove_file(sock);
-    let mut script = String::from("set -e; ");
-    // The read-only host root does not change under the guest: let the guest cache it fully.
-    let cache = if ro_mnt.is_some() { "always" } else { "auto" };
-    let src = match ro_mnt {
-        Some(m) => {
-            fs::create_dir_all(m)?;
-            script += &format!(
-                "mount --bind {0} {1}; mount -o remount,bind,ro {1}; ",
-                quote(&dir.display().to_string()),
-                quote(&m.display().to_string())
-            );
-            m
-        }
-        None => dir,
-    };
-    let (src, sock) = (
-        quote(&src.display().to_string()),
-        quote(&sock.display().to_string()),
-    );
-    script += &if rust {
-        format!(
-            "exec {} --socket-path={sock} --shared-dir={src} --cache={cache} --sandbox=namespace",
-            d.display()
-        )
-    } else {
-        format!(
-            "exec {} --socket-path={sock} -o source={src} -o cache={cache} -o sandbox=namespace",
-            d.display()
-        )
-    };
-    let logf = fs::File::create(log)?;
-    Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(logf.try_clone()?)
-        .stderr(logf)
-        .spawn()
-        .context("starting virtiofsd under unshare")
-}
-
-#[derive(Default)]
-struct Console {
-    payload_at: Option<Instant>,
-    rc: Option<i32>,
-    fail: Option<String>,
-    tail: Vec<String>,
-}
-
-fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Outcome> {
-    let label = &k.label;
-    let dir = root.join("target/vm").join(label);
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let rel = |p: &Path| p.strip_prefix(root).unwrap().display().to_string();
-    let payload = dir.join("payload.sh");
-    fs::write(&payload, format!("exec {}\n", shell_words(cmd)))?;
-    let rcfile = dir.join("rc");
-    let ci = std::env::var("CI").unwrap_or_default();
-    let conf = format!(
-        "LABEL={}\nKVER={}\nMODROOT={}\nWORKSPACE={}\nPAYLOAD={}\nRCFILE={}\nCI_VALUE={}\n",
-        quote(label),
-        quote(&k.kver),
-        quote(&k.root.display().to_string()),
-        quote(&root.display().to_string()),
-        quote(&rel(&payload)),
-        quote(&rel(&rcfile)),
-        quote(&ci)
-    );
-    let initrd = vm_kernels::initramfs(k, &dir, &conf)?;
-
-    // Sockets and the read-only bind mount point live outside the shared trees.
-    let run = PathBuf::from(format!("/run/blkobs-vm-{}", std::process::id()));
-    fs::create_dir_all(&run)?;
-    let root_sock = run.join("hostroot.sock");
-    let ws_sock = run.join("workspace.sock");
-    let mut fsds = vec![
-        spawn_virtiofsd(
-            Path::new("/"),
-            &root_sock,
-            Some(&run.join("ro")),
-            &dir.join("virtiofsd-hostroot.log"),
-        )?,
-        spawn_virtiofsd(root, &ws_sock, None, &dir.join("virtiofsd-workspace.log"))?,
-    ];
-    let t0 = Instant::now();
-    while !(root_sock.exists() && ws_sock.exists()) {
-        if t0.elapsed() > Duration::from_secs(10) {
-            for f in &mut fsds {
-                let _ = f.kill();
-            }
-            bail!(
-                "virtiofsd did not create its sockets in 10 s: see {}/virtiofsd-*.log",
-                dir.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-
-    let mem = "3072M";
-    let mut q = Command::new("qemu-system-x86_64");
-    q.args([
-        "-accel",
-        "tcg",
-        "-cpu",
-        "max",
-        "-smp",
-        "2",
-        "-m",
-        mem,
-        "-nographic",
-        "-nodefaults",
-        "-no-user-config",
-    ])
-    .args(["-serial", "stdio", "-no-reboot", "-bios", "qboot.rom"])
-    .args([
-        "-object",
-        &format!("memory-backend-memfd,id=mem,size={mem},share=on"),
-        "-numa",
-        "node,memdev=mem",
-    ])
-    .args([
-        "-chardev",
-        &format!("socket,id=fs0,path={}", root_sock.display()),
-    ])
-    .args([
-        "-device",
-        "vhost-user-fs-pci,queue-size=1024,chardev=fs0,tag=hostroot",
-    ])
-    .args([
-        "-chardev",
-        &format!("socket,id=fs1,path={}", ws_sock.display()),
-    ])
-    .args([
-        "-device",
-        "vhost-user-fs-pci,queue-size=1024,chardev=fs1,tag=workspace",
-    ])
-    .arg("-kernel")
-    .arg(&k.vmlinuz)
-    .arg("-initrd")
-    .arg(&initrd)
-    .args([
-        "-append",
-        "console=ttyS0 panic=-1 loglevel=4 mitigations=off",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped());
-    eprintln!("[vm] {label}: booting {} ({})", k.vmlinuz.display(), k.kver);
-    let start = Instant::now();
-    let mut qemu = match q.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            for f in &mut fsds {
-                let _ = f.kill();
-                let _ = f.wait();
-            }
-            return Err(e).context(
-                "starting qemu-system-x86_64: install qemu-system-x86 (bash scripts/provision.sh)",
-            );
-        }
-    };
-    let state = Arc::new(Mutex::new(Console::default()));
-    let reader = {
-        let (state, label) = (state.clone(), label.clone());
-        let stdout = qemu.stdout.take().unwrap();
-        let mut log = fs::File::create(dir.join("console.log"))?;
-        std::thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            let mut buf = Vec::new();
-            while r.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
-                let line = String::from_utf8_lossy(&buf)
-                    .trim_end_matches(['\r', '\n'])
-                    .to_string();
-                buf.clear();
-                let _ = writeln!(log, "{line}");
-                eprintln!("[{label}] {line}");
-                let mut s = state.lock().unwrap();
-                if line.contains("BLKOBS-VM-PAYLOAD-START") && s.payload_at.is_none() {
-                    s.payload_at = Some(Instant::now());
-                } else if let Some(rc) = line.split("BLKOBS-VM-RC=").nth(1) {
-                    s.rc = rc.trim().parse().ok();
-                } else if let Some(f) = line.split("BLKOBS-VM-FAIL: ").nth(1) {
-                    s.fail = Some(f.to_string());
-                }
-                s.tail.push(line);
-                if s.tail.len() > 40 {
-                    s.tail.remove(0);
-                }
-            }
-        })
-    };
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(st) = qemu.try_wait()? {
-            break st;
-        }
-        if start.elapsed() > timeout {
-            timed_out = true;
-            let _ = qemu.kill();
-            break qemu.wait()?;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let total = start.elapsed();
-    let _ = reader.join();
-    // virtiofsd exits when qemu disconnects; SIGTERM (lets it reap its sandbox child) if not.
-    let t = Instant::now();
-    for mut f in fsds {
-        while f.try_wait().ok().flatten().is_none() && t.elapsed() < Duration::from_secs(3) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if f.try_wait().ok().flatten().is_none() {
-            unsafe { libc::kill(f.id() as i32, libc::SIGTERM) };
-            std::thread::sleep(Duration::from_millis(300));
-            let _ = f.kill();
-        }
-        let _ = f.wait();
-    }
-    let _ = fs::remove_dir_all(&run);
-
-    let s = state.lock().unwrap();
-    let rc = s.rc.or_else(|| {
-        fs::read_to_string(&rcfile)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-    });
-    let boot = s.payload_at.map(|t| t - start);
-    let tail = s
-        .tail
-        .iter()
-        .rev()
-        .take(25)
-        .rev()
-        .cloned()
-        .collect::<Vec<_>>()
-        .join("\n  ");
-    let log = dir.join("console.log").display().to_string();
-    let error = if timed_out {
-        Some(format!(
-            "timed out after {} min ({}); raise --timeout-min or look at {log}. Last console lines:\n  {tail}",
-            timeout.as_secs() / 60,
-            if boot.is_some() { "payload was running" } else { "the guest never reached the payload" }
-        ))
-    } else if boot.is_none() {
-        Some(format!(
-            "the guest never reached the payload ({}; qemu {status}); see {log}. Last console lines:\n  {tail}",
-            s.fail.as_deref().unwrap_or("no BLKOBS-VM-PAYLOAD-START on the console")
-        ))
-    } else {
-        match rc {
-            Some(0) => None,
-            Some(rc) => Some(format!("payload exited with status {rc}; see {log}. Last console lines:\n  {tail}")),
-            None => Some(format!("the guest died while the payload ran (qemu {status}); see {log}. Last console lines:\n  {tail}")),
-        }
-    };
-    if let Some(b) = boot {
-        eprintln!(
-            "[vm] {label}: boot to payload {:.1}s, total {:.1}s, payload rc {rc:?}",
-            b.as_secs_f64(),
-            total.as_secs_f64()
-        );
-    }
-    Ok(Outcome {
-        label: label.clone(),
-        kver: k.kver.clone(),
-        boot,
-        total,
-        error,
-    })
 }
