@@ -35,6 +35,9 @@ mount -t tracefs tracefs $R/sys/kernel/tracing || echo "BLKOBS-VM: no tracefs"
 mount -t debugfs debugfs $R/sys/kernel/debug || echo "BLKOBS-VM: no debugfs"
 mount -t cgroup2 cgroup2 $R/sys/fs/cgroup || echo "BLKOBS-VM: no cgroup2"
 mount -t bpf bpf $R/sys/fs/bpf || echo "BLKOBS-VM: no bpffs"
+# A workspace under /tmp, /run or /var/tmp is hidden by the tmpfs just mounted there: make its
+# mount point in that tmpfs (elsewhere it exists in the read-only host root already).
+[ -d "$R$WORKSPACE" ] || mkdir -p "$R$WORKSPACE"
 mount -t virtiofs workspace "$R$WORKSPACE" || fail "mounting the workspace $WORKSPACE (virtiofs tag workspace)"
 echo "BLKOBS-VM: host root and workspace mounted, uptime $(up)s"
 
