@@ -139,12 +139,26 @@ fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
         log_like >= fsyncs as f64,
         "{log_like} preflush/FUA writes for {fsyncs} fsyncs"
     );
-    // The internal flush request has a device stage, and no queue stage.
-    assert!(
-        after.sum(
-            "blkobs_request_latency_seconds_count",
-            &[("device", n), ("op", "flush"), ("stage", "device")]
-        ) > 0.0
+    // The internal flush request has a device stage, and no queue stage: one device-stage
+    // sample per flush the kernel counted (diskstats), less the flushes reported lost.
+    let flush_samples = after.sum(
+        "blkobs_request_latency_seconds_count",
+        &[("device", n), ("op", "flush"), ("stage", "device")],
+    ) - before.sum(
+        "blkobs_request_latency_seconds_count",
+        &[("device", n), ("op", "flush"), ("stage", "device")],
+    );
+    let flush_lost = after.sum(
+        "blkobs_lost_completions_total",
+        &[("device", n), ("op", "flush")],
+    ) - before.sum(
+        "blkobs_lost_completions_total",
+        &[("device", n), ("op", "flush")],
+    );
+    assert_eq!(
+        flush_samples,
+        delta(|s| s.flushes) - flush_lost,
+        "flush device-stage samples vs diskstats flushes ({flush_lost} lost)"
     );
     assert_eq!(
         after.sum(

@@ -74,10 +74,11 @@ fn injected_delay_and_submitter() {
     );
     let mine = slow_of(&v, "blkobs-fsyncer");
     let writes: Vec<&&Value> = mine.iter().filter(|s| s["op"] == "write").collect();
-    assert!(
-        writes.len() >= 6,
-        "expected 6 slow writes by blkobs-fsyncer, got {}: {v}",
-        writes.len()
+    // dd count=6 oflag=direct: exactly six 4 KiB write requests, each held 150 ms.
+    assert_eq!(
+        writes.len(),
+        6,
+        "expected exactly 6 slow writes by blkobs-fsyncer: {v}"
     );
     let want = delay.as_secs_f64();
     let served = disk.knobs().served.lock().unwrap().clone();
@@ -124,11 +125,14 @@ fn injected_delay_and_submitter() {
     assert!((p50 - want).abs() <= want * 0.13, "p50 {p50} vs {want}");
     // Prometheus: slow-request counter.
     let m = daemon.scrape();
-    assert!(
+    assert_eq!(
         m.sum(
             "blkobs_slow_requests_total",
             &[("device", &disk.name), ("op", "write")]
-        ) >= 6.0
+        ),
+        6.0,
+        "slow writes counted on {}",
+        disk.name
     );
 }
 

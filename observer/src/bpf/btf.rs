@@ -317,6 +317,22 @@ mod tests {
         assert_eq!(l.op_write_zeroes, enum_val("REQ_OP_WRITE_ZEROES"));
         assert_eq!(l.flag_fua, 1 << enum_val("__REQ_FUA"));
         assert_eq!(l.flag_preflush, 1 << enum_val("__REQ_PREFLUSH"));
+        assert_eq!(l.op_read, enum_val("REQ_OP_READ"));
+        assert_eq!(l.op_discard, enum_val("REQ_OP_DISCARD"));
+        assert_eq!(l.flag_sync, 1 << enum_val("__REQ_SYNC"));
+        assert_eq!(l.flag_meta, 1 << enum_val("__REQ_META"));
+        assert_eq!(l.flag_rahead, 1 << enum_val("__REQ_RAHEAD"));
+        // RQF_FLUSH_SEQ: from the enumerator where the dump has one (named or anonymous enum),
+        // else 0 (the programs then use request::end_io).
+        let has_rqf = text
+            .lines()
+            .any(|l| l.trim_start().starts_with("__RQF_FLUSH_SEQ = "));
+        let want_rqf = if has_rqf {
+            1 << enum_val("__RQF_FLUSH_SEQ")
+        } else {
+            0
+        };
+        assert_eq!(l.rqf_flush_seq, want_rqf);
         assert_eq!(l.op_mask, (1 << enum_val("__REQ_FAILFAST_DEV")) - 1);
         // Offsets: the witness is bpftool's raw dump ("'member' type_id=N bits_offset=M").
         let raw = std::process::Command::new("bpftool")
@@ -356,6 +372,10 @@ mod tests {
         assert_eq!(l.bio_opf, offset("bio", "bi_opf"));
         assert_eq!(l.bio_bdev, offset("bio", "bi_bdev"));
         assert_eq!(l.bdev_disk, offset("block_device", "bd_disk"));
+        assert_eq!(l.rq_bio, offset("request", "bio"));
+        assert_eq!(l.bio_next, offset("bio", "bi_next"));
+        assert_eq!(l.rq_end_io, offset("request", "end_io"));
+        assert_eq!(l.rq_start_time_ns, offset("request", "start_time_ns"));
         assert_eq!(btf.arg_layout("block_rq_issue"), Some(ArgLayout::Current));
         assert_eq!(btf.tracepoint_args("block_rq_complete").unwrap().len(), 3);
         assert!(btf.tracepoint_args("no_such_tracepoint").is_none());
