@@ -270,68 +270,117 @@ fn stuck_request_then_slow() {
     );
 }
 
-/// Requests held back by the I/O scheduler (bfq, idle-class writer behind a busy reader) are
-/// reported with queue time, not device time.
+/// Requests held in the I/O scheduler because the driver has no free tag are queue time
+/// (btt I2D), not device time. A held write on the FUSE backing store blocks the loop worker,
+/// so exactly `nr_tags` requests sit at the driver; `nr_tags + 8` concurrent direct writes
+/// leave exactly 8 in mq-deadline until the hold is released. Witnesses: the driver's tag
+/// count (sysfs `mq/*/nr_tags`), the FUSE server holding the first write, and the hold's own
+/// duration. (/proc/diskstats in_flight cannot tell the two apart: on 6.18 it counts requests
+/// from block_io_start, older kernels only dispatched ones.)
 #[test]
 fn scheduler_held_requests_are_queue_time() {
     if !require_root("scheduler_held_requests_are_queue_time") {
         return;
     }
     let daemon = Daemon::start(&[]);
-    let dev = LoopDev::new(256, "bfq");
-    quiesce(&dev.name);
-    let mut reader = Command::new("fio")
+    let disk = SlowDisk::new(64, "mq-deadline");
+    std::fs::write(format!("/sys/block/{}/queue/nomerges", disk.name), "2").unwrap();
+    quiesce(&disk.name);
+    let tags: u64 = std::fs::read_dir(format!("/sys/block/{}/mq", disk.name))
+        .unwrap()
+        .map(|q| {
+            let q = q.unwrap().path().join("nr_tags");
+            std::fs::read_to_string(q)
+                .unwrap()
+                .trim()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    const HELD: u64 = 8;
+    let n = tags + HELD;
+    disk.knobs().hold_next.store(true, Ordering::SeqCst);
+    let mut fio = Command::new("fio")
         .args([
-            "--name=reader",
-            &format!("--filename={}", dev.path),
-            "--rw=randread",
+            "--name=blkobs-held",
+            &format!("--filename={}", disk.path),
+            "--rw=randwrite",
             "--bs=4k",
             "--direct=1",
             "--ioengine=libaio",
-            "--iodepth=8",
-            "--runtime=5",
-            "--time_based",
-            "--size=128M",
+            &format!("--iodepth={n}"),
+            &format!("--iodepth_batch_submit={n}"),
+            &format!("--size={}k", 4 * n),
             "--output=/dev/null",
         ])
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
-    let dd = named_dd("blkobs-idlewr");
-    let st = Command::new("ionice")
-        .args(["-c3"])
-        .arg(&dd)
-        .args([
-            "if=/dev/zero",
-            &format!("of={}", dev.path),
-            "bs=4k",
-            "count=40",
-            "seek=60000",
-            "oflag=direct",
-            "status=none",
-        ])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
-    assert!(reader.wait().unwrap().success());
+    // Wait until every write is submitted: `tags` at the driver, the rest in the scheduler.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let queued = |v: &Value| {
+        v["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["stage"] == "queue")
+            .count() as u64
+    };
+    loop {
+        let v = json(
+            &daemon,
+            &format!("/inflight?device={}&limit=100000", disk.name),
+        );
+        if disk.knobs().holding() && diskstats(&disk.name).in_flight >= tags && queued(&v) == HELD {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not {tags} dispatched + {HELD} queued: diskstats in_flight {}, {v}",
+            diskstats(&disk.name).in_flight
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let held_from = Instant::now();
+    std::thread::sleep(Duration::from_millis(1500));
     let v = json(
         &daemon,
-        &format!("/stalls?device={}&format=json&limit=5000", dev.name),
+        &format!("/inflight?device={}&limit=100000", disk.name),
     );
-    let held: Vec<&Value> = slow_of(&v, "blkobs-idlewr");
-    assert!(
-        !held.is_empty(),
-        "no slow idle-class writes: bfq did not hold them back"
+    assert_eq!(queued(&v), HELD, "{v}");
+    let at_device = v["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["stage"] == "device")
+        .count() as u64;
+    assert_eq!(at_device, tags, "{v}");
+    let hold = held_from.elapsed().as_secs_f64();
+    disk.knobs().release();
+    assert!(fio.wait().unwrap().success());
+    std::thread::sleep(Duration::from_millis(300));
+    let v = json(
+        &daemon,
+        &format!("/stalls?device={}&format=json&limit=5000", disk.name),
     );
-    for w in &held {
+    let slow = v["slow"].as_array().unwrap();
+    let queue_held: Vec<&Value> = slow
+        .iter()
+        .filter(|w| w["queue_seconds"].as_f64().unwrap() >= hold)
+        .collect();
+    assert_eq!(queue_held.len() as u64, HELD, "{v}");
+    for w in &queue_held {
         let q = w["queue_seconds"].as_f64().unwrap();
         let d = w["device_seconds"].as_f64().unwrap();
         assert!(
-            q >= 0.05 && d < q / 10.0,
+            d < q / 10.0,
             "held write should be queue time: queue {q} device {d}"
         );
     }
+    let device_held = slow
+        .iter()
+        .filter(|w| w["device_seconds"].as_f64().unwrap() >= hold)
+        .count() as u64;
+    assert_eq!(device_held, tags, "{v}");
 }
 
 /// Every parameter rejects bad input with 400 naming it; unknown paths are 404.
