@@ -112,9 +112,9 @@ fn main() -> Result<()> {
     let obj = target_dir.join(TARGET).join("release/observer");
     std::fs::copy(&obj, out_dir.join("observer.bpf.o"))
         .with_context(|| format!("copying {}", obj.display()))?;
-    // Empty programs on the same tracepoints, and cost probes, for `cargo xtask bench`
-    // (src/bin/observer-floor.rs).
-    for bin in ["floor", "costs"] {
+    // The reaper's request-state probe (observer-ebpf/src/reqstate.rs); empty programs on the
+    // same tracepoints, and cost probes, for `cargo xtask bench` (src/bin/observer-floor.rs).
+    for bin in ["reqstate", "floor", "costs"] {
         let obj = target_dir.join(TARGET).join("release").join(bin);
         std::fs::copy(&obj, out_dir.join(format!("{bin}.bpf.o")))
             .with_context(|| format!("copying {}", obj.display()))?;

@@ -5,7 +5,9 @@
 //! value that differs between kernels is a field here instead of a constant in the programs.
 
 /// Offsets (bytes) and values read from kernel BTF. Set once before load; the verifier sees the
-/// values as constants (the global lives in `.rodata`).
+/// values as constants (the global lives in `.rodata`). 32 `u32` fields then one `u64`: no
+/// implicit padding, since the struct is copied into the object byte for byte (add `u32`
+/// fields in pairs; a compile-time check below).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelLayout {
@@ -37,6 +39,9 @@ pub struct KernelLayout {
     /// queue keeps I/O statistics or has a scheduler; 0 otherwise): the entry time on kernels
     /// without `block_io_start`.
     pub rq_start_time_ns: u32,
+    /// `struct request::state` (`enum mq_rq_state`, 4 bytes): read by the reaper's probe
+    /// (observer-ebpf/src/reqstate.rs).
+    pub rq_state: u32,
     /// `struct bio::bi_next` (`struct bio *`).
     pub bio_next: u32,
     /// `struct bio::bi_opf` (`blk_opf_t`).
@@ -84,8 +89,6 @@ pub struct KernelLayout {
     /// 1 when the programs run as `tp_btf`: struct fields are then read with direct loads,
     /// which the verifier checks against BTF; 0 (raw_tp) uses `bpf_probe_read_kernel`.
     pub direct_loads: u32,
-    /// Explicit padding (the struct is copied into the object byte for byte).
-    pub _pad: u32,
     /// CLOCK_MONOTONIC (ns) just before the programs were loaded. On kernels without
     /// `block_io_start`, a request first seen at its completion is counted with its latency
     /// only if its `start_time_ns` is later than this (it cannot have been in flight before).
@@ -107,6 +110,7 @@ impl KernelLayout {
         rq_bio: 0,
         rq_end_io: 0,
         rq_start_time_ns: 0,
+        rq_state: 0,
         bio_next: 0,
         bio_opf: 0,
         bio_disk: 0,
@@ -126,10 +130,12 @@ impl KernelLayout {
         flag_rahead: 0,
         enter_fallback: 0,
         direct_loads: 0,
-        _pad: 0,
         loaded_ns: 0,
     };
 }
+
+// No implicit padding: 32 × 4 bytes, then the u64.
+const _: () = assert!(core::mem::size_of::<KernelLayout>() == 32 * 4 + 8);
 
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for KernelLayout {}

@@ -7,7 +7,11 @@ use observer_common::maps::Settings;
 
 use crate::{
     bpf::{loader::AttachInfo, maps::KernelMaps},
-    collect::{events::History, reaper::Reaped, windows::HistogramWindows},
+    collect::{
+        events::History,
+        reaper::{Reaped, Reaper},
+        windows::HistogramWindows,
+    },
     config::DeviceFilter,
     exposition::BucketMap,
     fslog::FsLogState,
@@ -34,6 +38,8 @@ pub struct AppState {
     pub info: AttachInfo,
     /// Requests retired by the reaper.
     pub reaped: Reaped,
+    /// The reaper's state (its request-state probe, suspects between passes).
+    pub reaper: Mutex<Reaper>,
     /// Slow requests and stall episodes from the kernel.
     pub history: Mutex<History>,
     /// Histogram snapshots for `/histograms?since=`.

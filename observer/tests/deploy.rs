@@ -426,8 +426,15 @@ impl Fixture {
         }
     }
 
-    /// Log writes of both filesystems under fsync load against the ftrace witness.
+    /// Log writes of both filesystems under fsync load against the ftrace witness; and the
+    /// reaper's request-state probe loaded in this deployment.
     fn check_log_writes(&self, d: &Daemon, what: &str) {
+        assert_eq!(
+            d.scrape()
+                .sum("blkobs_build_info", &[("reaper", "request_state")]),
+            1.0,
+            "{what}: the reaper's request-state probe is not loaded"
+        );
         wait_ranges(d, &self.xfs.name, &self.wx);
         wait_ranges(d, &self.ext4.name, &self.we);
         let n = 200;

@@ -60,7 +60,11 @@ fn end_to_end(fs: &str, scheduler: &str, attach: &str) {
     assert_eq!(
         info.sum(
             "blkobs_build_info",
-            &[("attach", attach), ("enter_tracepoint", enter)]
+            &[
+                ("attach", attach),
+                ("enter_tracepoint", enter),
+                ("reaper", "request_state")
+            ]
         ),
         1.0,
         "{tag} build_info: {:?}",

@@ -4,7 +4,7 @@
 mod support;
 
 use std::{
-    process::{Command, Stdio},
+    process::Command,
     sync::atomic::Ordering,
     time::{Duration, Instant},
 };

@@ -242,6 +242,7 @@ impl KernelBtf {
             rq_bio: self.member_offset("request", "bio")?,
             rq_end_io: self.member_offset("request", "end_io")?,
             rq_start_time_ns: self.member_offset("request", "start_time_ns")?,
+            rq_state: self.member_offset("request", "state")?,
             bio_next: self.member_offset("bio", "bi_next")?,
             bio_opf: self.member_offset("bio", "bi_opf")?,
             bio_disk,
@@ -261,7 +262,6 @@ impl KernelBtf {
             flag_rahead: 1 << val(5)?,
             enter_fallback: u32::from(self.tracepoint_args("block_io_start").is_none()),
             direct_loads: 0,
-            _pad: 0,
             loaded_ns: 0,
         })
     }
@@ -376,6 +376,7 @@ mod tests {
         assert_eq!(l.bio_next, offset("bio", "bi_next"));
         assert_eq!(l.rq_end_io, offset("request", "end_io"));
         assert_eq!(l.rq_start_time_ns, offset("request", "start_time_ns"));
+        assert_eq!(l.rq_state, offset("request", "state"));
         assert_eq!(btf.arg_layout("block_rq_issue"), Some(ArgLayout::Current));
         assert_eq!(btf.tracepoint_args("block_rq_complete").unwrap().len(), 3);
         assert!(btf.tracepoint_args("no_such_tracepoint").is_none());

@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use super::{
     btf::{ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF},
     maps::KernelMaps,
+    reqstate::RequestProbe,
     tracepoints::{attach_order, Tracepoint},
 };
 use crate::time::monotonic_ns;
@@ -47,6 +48,10 @@ pub struct AttachInfo {
     pub mode: &'static str,
     /// The tracepoint used as "entered the block layer".
     pub enter_tracepoint: &'static str,
+    /// How requests whose completion was not seen are retired: `request_state` (the kernel is
+    /// asked for the request's state, [`RequestProbe`]) or `off` (the kernel refused the
+    /// probe; such entries wait for their struct's reuse).
+    pub reaper: &'static str,
 }
 
 /// Attached programs; dropping this detaches everything.
@@ -54,6 +59,9 @@ pub struct Probes {
     _ebpf: Ebpf,
     /// How they were attached.
     pub info: AttachInfo,
+    /// The reaper's request-state probe (for [`crate::collect::reaper::Reaper`]); `None` if
+    /// this kernel refused it (then nothing is reaped: see the warning logged).
+    pub request_probe: Option<RequestProbe>,
 }
 
 /// Checks CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN) in the effective set.
@@ -230,6 +238,7 @@ pub fn attach(
     let layout = kbtf.kernel_layout()?;
     let stats_entries = class_stats_entries(stats_memory_mib);
     let (enter, steps) = plan(&kbtf, &layout)?;
+    let mq_rq_in_flight = kbtf.enum_values(&["MQ_RQ_IN_FLIGHT"])[0];
     // Free that parse before aya parses BTF again (peak RSS: the kernel's BTF is several MB).
     drop(kbtf);
     let btf =
@@ -248,6 +257,20 @@ pub fn attach(
         "eBPF programs attached"
     );
     let maps = KernelMaps::take(&mut ebpf, inflight_entries, stats_entries)?;
+    let request_probe = match mq_rq_in_flight
+        .ok_or_else(|| {
+            load_err("the request-state probe")(anyhow::anyhow!(
+                "kernel BTF has no MQ_RQ_IN_FLIGHT"
+            ))
+        })
+        .and_then(|v| RequestProbe::load(&layout, v))
+    {
+        Ok(p) => Some(p),
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "requests whose completion was not seen stay tracked until their struct is reused");
+            None
+        }
+    };
     maps.set_settings(settings)
         .map_err(|e| load_err("writing SETTINGS")(e.into()))?;
     Ok((
@@ -256,7 +279,13 @@ pub fn attach(
             info: AttachInfo {
                 mode,
                 enter_tracepoint: enter_tp,
+                reaper: if request_probe.is_some() {
+                    "request_state"
+                } else {
+                    "off"
+                },
             },
+            request_probe,
         },
         maps,
     ))

@@ -1,20 +1,34 @@
 //! Finds tracked requests whose completion the programs never saw, and retires them.
 //!
-//! On this kernel (6.18) a small fraction of `block_rq_complete` events (about 1 in 10^4 under
-//! fio on XFS over loop, in bursts of a queue depth) reach ftrace but not the BPF programs
-//! attached to the same tracepoint, while `recursion_misses` stays 0. Such a request stays in
-//! `INFLIGHT` until its `struct request` is reused (the programs then count it as completed
-//! with the latency lost) or until this reaper sees that the kernel has nothing in flight on
-//! the device (`/sys/dev/block/M:m/inflight` reads 0 0) while the entry is older than
-//! [`MIN_AGE_NS`]. Queued entries and the internal flush request are never reaped here: a
-//! scheduler may hold requests for long, and the kernel does not count flushes in `inflight`.
+//! A request the programs believe is at the device stays in `INFLIGHT` until its completion is
+//! seen. If that completion was missed (see BENCHMARKS.md, "Lost completions"), the entry would
+//! stay until its `struct request` is reused (the programs then count it as completed with its
+//! latency lost). The reaper shortens that, but only on the kernel's own word: it asks the
+//! kernel for the state of that very request ([`RequestProbe`]) and retires the entry only if
+//! the request is neither in flight (`MQ_RQ_IN_FLIGHT`) nor inside a flush sequence (a FUA
+//! write waiting for its post-flush is `MQ_RQ_COMPLETE`) on two passes in a row, with the entry
+//! unchanged, more than [`MIN_AGE_NS`] after its dispatch. A request that a driver, a device or
+//! a frozen filesystem below a loop device holds for minutes stays in flight, and stays in
+//! `/inflight` and `/stalls` — whatever `queue/iostats` says, for the internal flush request
+//! and for passthrough requests too (none of which `/sys/block/*/inflight` counts). Queued
+//! entries are never reaped: a scheduler may hold requests for long, and a queued request's
+//! state (idle) is the same as a freed one's.
 
-use std::{collections::BTreeMap, sync::Mutex};
+use std::{
+    collections::{BTreeMap, HashMap as StdHashMap},
+    sync::Mutex,
+};
 
 use aya::maps::{HashMap, MapData};
-use observer_common::maps::{dev_major, dev_minor, ClassKey, Inflight};
+use observer_common::maps::{ClassKey, Inflight};
 
-use crate::{bpf::batch::read_inflight, time::monotonic_ns};
+use crate::{
+    bpf::{
+        batch::read_inflight,
+        reqstate::{RequestProbe, RequestState},
+    },
+    time::monotonic_ns,
+};
 
 /// Only entries dispatched longer ago than this (ns) are candidates.
 pub const MIN_AGE_NS: u64 = 1_000_000_000;
@@ -24,55 +38,81 @@ pub const MIN_AGE_NS: u64 = 1_000_000_000;
 #[derive(Default)]
 pub struct Reaped(pub Mutex<BTreeMap<ClassKey, u64>>);
 
-/// Requests the kernel has in flight on a disk (reads + writes), or `None` if unreadable.
-fn kernel_inflight(dev: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!(
-        "/sys/dev/block/{}:{}/inflight",
-        dev_major(dev),
-        dev_minor(dev)
-    ))
-    .ok()?;
-    text.split_whitespace().map(|v| v.parse::<u64>().ok()).sum()
+/// The reaper's state between passes.
+pub struct Reaper {
+    probe: Option<RequestProbe>,
+    /// Entries found not in flight on the last pass: request pointer → (enter_ns, dispatch_ns)
+    /// of the entry then.
+    suspects: StdHashMap<u64, (u64, u64)>,
+    /// Whether a failed probe was logged already.
+    warned: bool,
 }
 
-/// One pass: retires candidates on devices where the kernel has nothing in flight.
-///
-/// Also deletes free entries (kept by the programs for reuse) when the map is more than half
-/// full, so request structs of devices that went away cannot fill it.
-pub fn reap(
-    inflight: &mut HashMap<MapData, u64, Inflight>,
-    capacity: u32,
-    reaped: &Reaped,
-) -> usize {
-    let now = monotonic_ns();
-    let mut candidates: BTreeMap<u32, Vec<(u64, Inflight)>> = BTreeMap::new();
-    let mut free = Vec::new();
-    let mut total = 0u32;
-    for (rq, e) in read_inflight(inflight) {
-        total += 1;
-        if !e.is_live() {
-            free.push(rq);
-            continue;
-        }
-        let dispatched = e.at_device() && e.enter_ns != 0;
-        if dispatched && now.saturating_sub(e.dispatch_ns) > MIN_AGE_NS {
-            candidates.entry(e.dev).or_default().push((rq, e));
+impl Reaper {
+    /// A reaper asking `probe`; without one it retires nothing (entries then wait for their
+    /// struct's reuse).
+    pub fn new(probe: Option<RequestProbe>) -> Reaper {
+        Reaper {
+            probe,
+            suspects: StdHashMap::new(),
+            warned: false,
         }
     }
-    if total > capacity / 2 {
-        for rq in free {
-            // Only if still free: the programs may have reused it meanwhile.
-            if inflight.get(&rq, 0).is_ok_and(|e| !e.is_live()) {
-                let _ = inflight.remove(&rq);
+
+    /// One pass: retires entries the kernel says are not in flight (twice in a row), and
+    /// deletes free entries (kept by the programs for reuse) when the map is more than half
+    /// full, so request structs of devices that went away cannot fill it. Returns how many
+    /// requests were retired.
+    pub fn reap(
+        &mut self,
+        inflight: &mut HashMap<MapData, u64, Inflight>,
+        capacity: u32,
+        reaped: &Reaped,
+    ) -> usize {
+        let now = monotonic_ns();
+        let mut free = Vec::new();
+        let mut total = 0u32;
+        let mut suspects = StdHashMap::new();
+        let mut retire = Vec::new();
+        for (rq, e) in read_inflight(inflight) {
+            total += 1;
+            if !e.is_live() {
+                free.push(rq);
+                continue;
+            }
+            if !e.at_device() || now.saturating_sub(e.dispatch_ns) <= MIN_AGE_NS {
+                continue;
+            }
+            let Some(probe) = &self.probe else { continue };
+            match probe.state(rq) {
+                Ok(RequestState::InFlight | RequestState::InFlushSequence) => {}
+                Ok(RequestState::NotInFlight | RequestState::Unreadable) => {
+                    let seen = (e.enter_ns, e.dispatch_ns);
+                    if self.suspects.get(&rq) == Some(&seen) {
+                        retire.push((rq, e));
+                    } else {
+                        suspects.insert(rq, seen);
+                    }
+                }
+                Err(err) if !self.warned => {
+                    self.warned = true;
+                    tracing::warn!(error = %err, "asking the kernel for a request's state failed; \
+                        requests whose completion was not seen stay tracked until reused");
+                }
+                Err(_) => {}
             }
         }
-    }
-    let mut n = 0;
-    for (dev, entries) in candidates {
-        if kernel_inflight(dev) != Some(0) {
-            continue;
+        self.suspects = suspects;
+        if total > capacity / 2 {
+            for rq in free {
+                // Only if still free: the programs may have reused it meanwhile.
+                if inflight.get(&rq, 0).is_ok_and(|e| !e.is_live()) {
+                    let _ = inflight.remove(&rq);
+                }
+            }
         }
-        for (rq, e) in entries {
+        let mut n = 0;
+        for (rq, e) in retire {
             // Still the same request? (The struct may have been reused meanwhile.)
             match inflight.get(&rq, 0) {
                 Ok(cur) if cur.enter_ns == e.enter_ns && cur.dispatch_ns == e.dispatch_ns => {}
@@ -84,7 +124,7 @@ pub fn reap(
                     .lock()
                     .expect("reaper lock")
                     .entry(ClassKey {
-                        dev,
+                        dev: e.dev,
                         class: e.class,
                         _pad: 0,
                     })
@@ -92,12 +132,12 @@ pub fn reap(
                 n += 1;
             }
         }
+        if n > 0 {
+            tracing::debug!(
+                retired = n,
+                "retired requests whose completion was not seen"
+            );
+        }
+        n
     }
-    if n > 0 {
-        tracing::debug!(
-            retired = n,
-            "retired requests whose completion was not seen"
-        );
-    }
-    n
 }

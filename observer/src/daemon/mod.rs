@@ -16,7 +16,7 @@ use crate::{
     bpf::loader,
     collect::{
         events::History,
-        reaper::{self, Reaped},
+        reaper::{Reaped, Reaper},
         snapshot::Snapshot,
         windows::{self, HistogramWindows},
     },
@@ -39,7 +39,7 @@ where
     if let Some(r) = &cfg.host_root {
         info!(host_root = %r.display(), "host view: mount table, device nodes and cgroups read under this directory");
     }
-    let (probes, maps) = loader::attach(
+    let (mut probes, maps) = loader::attach(
         cfg.maps.inflight_entries,
         cfg.maps.stats_memory_mib,
         cfg.stalls.settings(),
@@ -53,6 +53,7 @@ where
         }),
         info: probes.info.clone(),
         reaped: Reaped::default(),
+        reaper: Mutex::new(Reaper::new(probes.request_probe.take())),
         history: Mutex::new(History::new(
             cfg.stalls.history_requests,
             cfg.stalls.history_episodes,
@@ -100,7 +101,11 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
             let _ = tokio::task::spawn_blocking(move || {
                 {
                     let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
-                    reaper::reap(&mut map, st.maps.inflight_capacity, &st.reaped);
+                    st.reaper.lock().expect("reaper lock").reap(
+                        &mut map,
+                        st.maps.inflight_capacity,
+                        &st.reaped,
+                    );
                 }
                 let filter = st.runtime.read().expect("runtime lock").filter.clone();
                 let now = monotonic_ns();

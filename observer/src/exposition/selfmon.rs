@@ -56,12 +56,12 @@ pub const MAP_CAPACITY: MetricDesc = MetricDesc {
     labels: &["map"],
 };
 
-/// Version and attach mode, value 1.
+/// Version, attach mode, entry tracepoint and reaper mode ([`AttachInfo`]), value 1.
 pub const BUILD_INFO: MetricDesc = MetricDesc {
     name: "blkobs_build_info",
-    help: "Version and how the eBPF programs are attached.",
+    help: "Version, how the eBPF programs are attached, and how unseen completions are retired.",
     kind: MetricType::GAUGE,
-    labels: &["version", "attach", "enter_tracepoint"],
+    labels: &["version", "attach", "enter_tracepoint", "reaper"],
 };
 
 /// The self-monitoring families, in the order above.
@@ -86,7 +86,12 @@ pub fn families(s: &Snapshot, info: &AttachInfo) -> Vec<MetricFamily> {
             MAP_CAPACITY.gauge(&["class_stats"], s.class_stats_entries.1 as f64),
         ]),
         BUILD_INFO.family(vec![BUILD_INFO.gauge(
-            &[env!("CARGO_PKG_VERSION"), info.mode, info.enter_tracepoint],
+            &[
+                env!("CARGO_PKG_VERSION"),
+                info.mode,
+                info.enter_tracepoint,
+                info.reaper,
+            ],
             1.0,
         )]),
     ]

@@ -1,0 +1,90 @@
+//! The reaper's question to the kernel: is this `struct request` in flight? A one-program
+//! object (observer-ebpf/src/reqstate.rs), loaded beside the attached programs and never
+//! attached: each question is one BPF_PROG_TEST_RUN of a raw_tp program (Linux 5.10+) with the
+//! request's address as its argument; the answer is the request's `state`.
+
+use aya::{
+    programs::{RawTracePoint, RawTracePointRunOptions, TestRun},
+    Ebpf, EbpfLoader,
+};
+use observer_common::layout::KernelLayout;
+
+use super::loader::{load_err, ProbeError};
+
+/// The object built by build.rs from observer-ebpf/src/reqstate.rs.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/reqstate.bpf.o"));
+
+/// Set in the program's result while the request is inside a flush sequence.
+const IN_FLUSH_SEQ: u32 = 1 << 8;
+
+/// The program's name in the object.
+const PROGRAM: &str = "rq_state";
+
+/// What the kernel says of a request (`enum mq_rq_state`, include/linux/blk-mq.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestState {
+    /// MQ_RQ_IN_FLIGHT: started by blk_mq_start_request (dispatched to the driver) and not yet
+    /// completed: the driver or the device has it, however long that takes.
+    InFlight,
+    /// Inside a flush sequence (RQF_FLUSH_SEQ, or `end_io` set on kernels whose BTF lacks the
+    /// flag): e.g. a FUA write whose data part is done waits, COMPLETE, for its post-flush.
+    InFlushSequence,
+    /// MQ_RQ_IDLE or MQ_RQ_COMPLETE: not (or no longer) at the driver — freed, requeued,
+    /// completing, or reused and not yet dispatched.
+    NotInFlight,
+    /// The struct could not be read (its device and tag set went away).
+    Unreadable,
+}
+
+/// The loaded probe. Dropping it unloads the program.
+pub struct RequestProbe {
+    ebpf: Ebpf,
+    /// The value of MQ_RQ_IN_FLIGHT in this kernel's BTF.
+    in_flight: u32,
+}
+
+impl RequestProbe {
+    /// Loads the program with the kernel layout (`request::state` offset) and the value of
+    /// MQ_RQ_IN_FLIGHT from kernel BTF. Errors if the kernel refuses the program.
+    pub fn load(layout: &KernelLayout, in_flight: u32) -> Result<RequestProbe, ProbeError> {
+        // raw_tp: struct fields are read with bpf_probe_read_kernel.
+        let layout = KernelLayout {
+            direct_loads: 0,
+            ..*layout
+        };
+        let mut ebpf = EbpfLoader::new()
+            .override_global("LAYOUT", &layout, true)
+            .load(OBJECT)
+            .map_err(|e| load_err("loading the request-state probe")(e.into()))?;
+        let prog: &mut RawTracePoint = ebpf
+            .program_mut(PROGRAM)
+            .ok_or_else(|| load_err("finding rq_state")(anyhow::anyhow!("missing from object")))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| load_err("finding rq_state")(e.into()))?;
+        prog.load()
+            .map_err(|e| load_err("loading rq_state")(e.into()))?;
+        Ok(RequestProbe { ebpf, in_flight })
+    }
+
+    /// The state of the `struct request` at kernel address `rq`. Errors if the test run fails
+    /// (e.g. BPF_PROG_TEST_RUN refused): then nothing is known.
+    pub fn state(&self, rq: u64) -> Result<RequestState, aya::programs::ProgramError> {
+        let prog: &RawTracePoint = self
+            .ebpf
+            .program(PROGRAM)
+            .expect("loaded in RequestProbe::load")
+            .try_into()?;
+        let mut opts = RawTracePointRunOptions::new();
+        opts.args[0] = rq;
+        let v = prog.test_run(opts)?.return_value;
+        Ok(if v == u32::MAX {
+            RequestState::Unreadable
+        } else if v & IN_FLUSH_SEQ != 0 {
+            RequestState::InFlushSequence
+        } else if v == self.in_flight {
+            RequestState::InFlight
+        } else {
+            RequestState::NotInFlight
+        })
+    }
+}

@@ -1,0 +1,300 @@
+//! Stuck means stuck: a request that the layer below holds stays in `/inflight` and `/stalls`
+//! for as long as it is held, and then completes with its real latency, never retired as a
+//! "lost completion" — whatever `/sys/block/*/inflight` (which counts only requests with
+//! RQF_IO_STAT) says. The layer below is the FUSE file behind a loop device
+//! (support/slowfs.rs): it holds a write until released, or sleeps in fsync (the loop device's
+//! flush). Witnesses: dd's own elapsed time and the hold's duration.
+
+mod support;
+
+use std::{
+    process::{Command, Stdio},
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use support::*;
+
+fn json(d: &Daemon, path: &str) -> Value {
+    let (status, body) = d.get(path).expect("GET");
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+}
+
+/// A copy of dd under a distinctive name, so the submitter can be recognised.
+fn named_dd(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("blkobs-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    if !p.exists() {
+        std::fs::copy("/usr/bin/dd", &p).unwrap();
+    }
+    p
+}
+
+/// (lost completions on `dev`, untracked completions on all devices).
+fn lost_untracked(d: &Daemon, dev: &str) -> (f64, f64) {
+    let m = d.scrape();
+    (
+        m.sum("blkobs_lost_completions_total", &[("device", dev)]),
+        m.sum("blkobs_untracked_completions_total", &[]),
+    )
+}
+
+/// The request of `comm` in `/inflight?device=`, if listed.
+fn inflight_of(d: &Daemon, dev: &str, comm: &str) -> Option<Value> {
+    let v = json(d, &format!("/inflight?device={dev}"));
+    v["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["submitter"]["comm"] == comm)
+        .cloned()
+}
+
+/// Watches the held request of `comm` for `hold`: listed in `/inflight` at the device with a
+/// growing age on every look (every 250 ms), and stuck in `/stalls` once older than the
+/// default slow threshold (100 ms). Returns the last age.
+fn watch_held(d: &Daemon, dev: &str, comm: &str, hold: Duration) -> f64 {
+    let start = Instant::now();
+    let mut last = 0.0;
+    while start.elapsed() < hold {
+        let r = inflight_of(d, dev, comm).unwrap_or_else(|| {
+            panic!(
+                "{comm}'s request vanished from /inflight after {:?} (last age {last})",
+                start.elapsed()
+            )
+        });
+        assert_eq!(r["stage"], "device", "{r}");
+        let age = r["age_seconds"].as_f64().unwrap();
+        assert!(age >= last, "age went back: {last} -> {age}");
+        last = age;
+        if age < 0.2 {
+            std::thread::sleep(Duration::from_millis(250));
+            continue;
+        }
+        let v = json(d, &format!("/stalls?device={dev}&format=json"));
+        assert!(
+            v["stuck"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["submitter"]["comm"] == comm),
+            "{comm} not stuck in /stalls at age {age}: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    last
+}
+
+/// The slow requests of `comm` in `/stalls`.
+fn slow_of(d: &Daemon, dev: &str, comm: &str) -> Vec<Value> {
+    let v = json(d, &format!("/stalls?device={dev}&format=json&limit=5000"));
+    v["slow"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["submitter"]["comm"] == comm)
+        .cloned()
+        .collect()
+}
+
+/// Issue 10.1's repro: `queue/iostats` = 0, so `/sys/block/B/inflight` reads 0 while the write
+/// is held. The write stays in `/inflight` and `/stalls` for the whole 3 s hold, then is one
+/// slow write whose device time is between the hold and dd's own elapsed time; nothing lost,
+/// nothing untracked.
+#[test]
+fn held_write_with_iostats_off_stays_in_flight() {
+    if !require_root("held_write_with_iostats_off_stays_in_flight") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let disk = SlowDisk::new(64, "none");
+    std::fs::write(format!("/sys/block/{}/queue/iostats", disk.name), "0").unwrap();
+    quiesce(&disk.name);
+    let before = lost_untracked(&daemon, &disk.name);
+    disk.knobs().hold_next.store(true, Ordering::SeqCst);
+    let dd = named_dd("blkobs-iostat0");
+    let t0 = Instant::now();
+    let mut child = Command::new(&dd)
+        .args([
+            "if=/dev/zero",
+            "bs=4k",
+            "count=1",
+            "oflag=direct",
+            "status=none",
+        ])
+        .arg(format!("of={}", disk.path))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || disk
+            .knobs()
+            .holding()
+            .then_some(()))
+        .is_some(),
+        "the FUSE file never held the write"
+    );
+    let held_at = Instant::now();
+    assert_eq!(
+        std::fs::read_to_string(format!("/sys/block/{}/inflight", disk.name))
+            .unwrap()
+            .split_whitespace()
+            .map(|v| v.parse::<u64>().unwrap())
+            .sum::<u64>(),
+        0,
+        "with iostats off the kernel's inflight file should read 0 (the premise of this test)"
+    );
+    let age = watch_held(
+        &daemon,
+        &disk.name,
+        "blkobs-iostat0",
+        Duration::from_secs(3),
+    );
+    assert!(age >= 2.5, "last age {age}");
+    let hold = held_at.elapsed().as_secs_f64();
+    disk.knobs().release();
+    assert!(child.wait().unwrap().success());
+    let elapsed = t0.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(1500));
+    let slow = slow_of(&daemon, &disk.name, "blkobs-iostat0");
+    assert_eq!(slow.len(), 1, "{slow:?}");
+    let device = slow[0]["device_seconds"].as_f64().unwrap();
+    assert!(
+        device >= hold - 0.01 && device <= elapsed,
+        "device {device} s: not within the hold ({hold} s) and dd's elapsed time ({elapsed} s)"
+    );
+    let after = lost_untracked(&daemon, &disk.name);
+    assert_eq!(after, before, "(lost, untracked) changed");
+}
+
+/// A FUA write on a device without FUA (loop) completes its data part, then waits for the
+/// post-flush (block/blk-flush.c), in state MQ_RQ_COMPLETE and counted nowhere in
+/// `/sys/block/*/inflight`. The flush sleeps 2.5 s in the FUSE file's fsync: the write stays in
+/// `/inflight` and `/stalls` throughout, then completes with its device time ≥ the flush's
+/// sleep (and ≤ dd's elapsed time); nothing lost, nothing untracked.
+#[test]
+fn fua_write_waiting_for_post_flush_stays_in_flight() {
+    if !require_root("fua_write_waiting_for_post_flush_stays_in_flight") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let disk = SlowDisk::new(64, "none");
+    assert_eq!(disk.sysfs("queue/fua"), "0", "loop devices have no FUA");
+    quiesce(&disk.name);
+    let before = lost_untracked(&daemon, &disk.name);
+    let sleep = Duration::from_millis(2500);
+    disk.knobs()
+        .fsync_delay_ns
+        .store(sleep.as_nanos() as u64, Ordering::SeqCst);
+    let dd = named_dd("blkobs-fuawr");
+    let t0 = Instant::now();
+    // O_DIRECT + O_DSYNC on a block device: one write with REQ_FUA (block/fops.c).
+    let mut child = Command::new(&dd)
+        .args([
+            "if=/dev/zero",
+            "bs=4k",
+            "count=1",
+            "oflag=direct,dsync",
+            "status=none",
+        ])
+        .arg(format!("of={}", disk.path))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let listed = wait_for(Duration::from_secs(5), || {
+        inflight_of(&daemon, &disk.name, "blkobs-fuawr")
+    });
+    assert!(
+        listed.is_some(),
+        "the FUA write never appeared in /inflight"
+    );
+    let age = watch_held(
+        &daemon,
+        &disk.name,
+        "blkobs-fuawr",
+        sleep - Duration::from_millis(700),
+    );
+    assert!(age >= 1.5, "last age {age}");
+    assert!(child.wait().unwrap().success());
+    let elapsed = t0.elapsed().as_secs_f64();
+    disk.knobs().fsync_delay_ns.store(0, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(1500));
+    // Two slow requests: the FUA write, then the data-less PREFLUSH write of the fsync that
+    // block/fops.c does after an O_DSYNC write (generic_write_sync), never dispatched itself:
+    // it waits in blk-flush.c for the flush request, which sleeps again.
+    let slow = slow_of(&daemon, &disk.name, "blkobs-fuawr");
+    let has = |s: &Value, flag: &str| s["flags"].as_array().unwrap().iter().any(|f| f == flag);
+    let fua: Vec<&Value> = slow.iter().filter(|s| has(s, "fua")).collect();
+    assert_eq!(fua.len(), 1, "{slow:?}");
+    let device = fua[0]["device_seconds"].as_f64().unwrap();
+    assert!(
+        device >= sleep.as_secs_f64() - 0.01 && device <= elapsed,
+        "device {device} s: not within the flush's sleep ({sleep:?}) and dd's elapsed time ({elapsed} s)"
+    );
+    let preflush: Vec<&Value> = slow.iter().filter(|s| has(s, "preflush")).collect();
+    assert_eq!(preflush.len(), 1, "{slow:?}");
+    let total = preflush[0]["total_seconds"].as_f64().unwrap();
+    assert!(
+        preflush[0]["device_seconds"].is_null()
+            && total >= sleep.as_secs_f64() - 0.01
+            && device + total <= elapsed,
+        "{}",
+        preflush[0]
+    );
+    let after = lost_untracked(&daemon, &disk.name);
+    assert_eq!(after, before, "(lost, untracked) changed");
+}
+
+/// The reaper's positive case, against the kernel's own state: a real, idle `struct request`
+/// of the test device is made to look dispatched 3 s ago in `INFLIGHT` (as if its completion
+/// had been missed: its free entry, kept for reuse, is rewritten in place). The kernel says
+/// the request is not in flight, so the reaper retires it within its two 1 s passes: gone
+/// from `/inflight`, counted once in `blkobs_lost_completions_total` of that device.
+#[test]
+fn reaper_retires_a_request_the_kernel_says_is_not_in_flight() {
+    use aya::maps::{loaded_maps, HashMap, Map, MapData};
+    use observer_common::maps::Inflight;
+    if !require_root("reaper_retires_a_request_the_kernel_says_is_not_in_flight") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let dev = LoopDev::new(64, "none");
+    dev.write_direct(0, 8);
+    quiesce(&dev.name);
+    let m = daemon.scrape();
+    assert_eq!(
+        m.sum("blkobs_build_info", &[("reaper", "request_state")]),
+        1.0
+    );
+    let before = lost_untracked(&daemon, &dev.name);
+    // The daemon's INFLIGHT: the newest map of that name.
+    let id = loaded_maps()
+        .filter_map(Result::ok)
+        .filter(|m| m.name_as_str() == Some("INFLIGHT"))
+        .map(|m| m.id())
+        .max()
+        .expect("the daemon's INFLIGHT map");
+    let data = MapData::from_id(id).unwrap();
+    let mut map: HashMap<MapData, u64, Inflight> = HashMap::try_from(Map::HashMap(data)).unwrap();
+    let (rq, mut e) = map
+        .iter()
+        .filter_map(Result::ok)
+        .find(|(_, e)| !e.is_live() && e.dev == dev.kdev())
+        .expect("a free entry of the test device (kept for reuse after its completion)");
+    let now = observer::time::monotonic_ns();
+    e.enter_ns = now - 3_000_000_000;
+    e.dispatch_ns = now - 2_900_000_000;
+    map.insert(rq, e, 0).unwrap();
+    let listed = json(&daemon, &format!("/inflight?device={}", dev.name));
+    assert_eq!(listed["requests"].as_array().unwrap().len(), 1, "{listed}");
+    let gone = wait_for(Duration::from_secs(6), || {
+        let v = json(&daemon, &format!("/inflight?device={}", dev.name));
+        v["requests"].as_array().unwrap().is_empty().then_some(())
+    });
+    assert!(gone.is_some(), "the reaper did not retire the stale entry");
+    let after = lost_untracked(&daemon, &dev.name);
+    assert_eq!(after, (before.0 + 1.0, before.1), "(lost, untracked)");
+}
