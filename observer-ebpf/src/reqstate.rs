@@ -13,7 +13,10 @@
 #![no_main]
 
 use aya_ebpf::helpers::bpf_probe_read_kernel;
-use observer_ebpf::{kernel::in_flush_seq, layout};
+use observer_ebpf::{
+    kernel::{in_flush_seq, is_flush},
+    layout,
+};
 
 /// Set in the result while the request is inside a flush sequence.
 const IN_FLUSH_SEQ: u32 = 1 << 8;
@@ -29,7 +32,9 @@ pub fn rq_state(ctx: *mut core::ffi::c_void) -> u32 {
     let l = layout();
     let p = (rq + l.rq_state as u64) as *const u32;
     match unsafe { bpf_probe_read_kernel(p) } {
-        Ok(state) if in_flush_seq(rq, &l) => (state & 0xff) | IN_FLUSH_SEQ,
+        // Not for the flush request itself: its end_io stays set (block/blk-flush.c), and its
+        // own state says whether the device has it.
+        Ok(state) if !is_flush(rq, &l) && in_flush_seq(rq, &l) => (state & 0xff) | IN_FLUSH_SEQ,
         Ok(state) => state & 0xff,
         Err(_) => u32::MAX,
     }

@@ -42,27 +42,45 @@ fn lost_untracked(d: &Daemon, dev: &str) -> (f64, f64) {
     )
 }
 
-/// The request of `comm` in `/inflight?device=`, if listed.
-fn inflight_of(d: &Daemon, dev: &str, comm: &str) -> Option<Value> {
+/// Which request a test follows: by its submitter's command name, or (where the submitter is
+/// not the process that wrote: a request first seen when a kworker issues it, kernels before
+/// 6.5) by a flag.
+#[derive(Clone, Copy)]
+enum Pick<'a> {
+    Comm(&'a str),
+    Flag(&'a str),
+}
+
+impl Pick<'_> {
+    fn matches(self, r: &Value) -> bool {
+        match self {
+            Pick::Comm(c) => r["submitter"]["comm"] == c,
+            Pick::Flag(f) => r["flags"].as_array().unwrap().iter().any(|x| x == f),
+        }
+    }
+}
+
+/// The request picked in `/inflight?device=`, if listed.
+fn inflight_of(d: &Daemon, dev: &str, pick: Pick) -> Option<Value> {
     let v = json(d, &format!("/inflight?device={dev}"));
     v["requests"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["submitter"]["comm"] == comm)
+        .find(|r| pick.matches(r))
         .cloned()
 }
 
-/// Watches the held request of `comm` for `hold`: listed in `/inflight` at the device with a
-/// growing age on every look (every 250 ms), and stuck in `/stalls` once older than the
-/// default slow threshold (100 ms). Returns the last age.
-fn watch_held(d: &Daemon, dev: &str, comm: &str, hold: Duration) -> f64 {
+/// Watches the held request for `hold`: listed in `/inflight` at the device with a growing
+/// age on every look (every 250 ms), and stuck in `/stalls` once older than the default slow
+/// threshold (100 ms). Returns the last age.
+fn watch_held(d: &Daemon, dev: &str, pick: Pick, hold: Duration) -> f64 {
     let start = Instant::now();
     let mut last = 0.0;
     while start.elapsed() < hold {
-        let r = inflight_of(d, dev, comm).unwrap_or_else(|| {
+        let r = inflight_of(d, dev, pick).unwrap_or_else(|| {
             panic!(
-                "{comm}'s request vanished from /inflight after {:?} (last age {last})",
+                "the held request vanished from /inflight after {:?} (last age {last})",
                 start.elapsed()
             )
         });
@@ -80,22 +98,22 @@ fn watch_held(d: &Daemon, dev: &str, comm: &str, hold: Duration) -> f64 {
                 .as_array()
                 .unwrap()
                 .iter()
-                .any(|s| s["submitter"]["comm"] == comm),
-            "{comm} not stuck in /stalls at age {age}: {v}"
+                .any(|s| pick.matches(s)),
+            "the held request is not stuck in /stalls at age {age}: {v}"
         );
         std::thread::sleep(Duration::from_millis(250));
     }
     last
 }
 
-/// The slow requests of `comm` in `/stalls`.
-fn slow_of(d: &Daemon, dev: &str, comm: &str) -> Vec<Value> {
+/// The slow requests picked, in `/stalls`.
+fn slow_of(d: &Daemon, dev: &str, pick: Pick) -> Vec<Value> {
     let v = json(d, &format!("/stalls?device={dev}&format=json&limit=5000"));
     v["slow"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| s["submitter"]["comm"] == comm)
+        .filter(|s| pick.matches(s))
         .cloned()
         .collect()
 }
@@ -138,28 +156,26 @@ fn held_write_with_iostats_off_stays_in_flight() {
         "the FUSE file never held the write"
     );
     let held_at = Instant::now();
-    assert_eq!(
-        std::fs::read_to_string(format!("/sys/block/{}/inflight", disk.name))
-            .unwrap()
-            .split_whitespace()
-            .map(|v| v.parse::<u64>().unwrap())
-            .sum::<u64>(),
-        0,
-        "with iostats off the kernel's inflight file should read 0 (the premise of this test)"
+    // The premise on current kernels: the kernel's own count does not see the held write
+    // (blk_mq_check_inflight tests RQF_IO_STAT; 5.10's counted it regardless).
+    let counted: u64 = std::fs::read_to_string(format!("/sys/block/{}/inflight", disk.name))
+        .unwrap()
+        .split_whitespace()
+        .map(|v| v.parse::<u64>().unwrap())
+        .sum();
+    eprintln!(
+        "with iostats off, /sys/block/{}/inflight counts {counted}",
+        disk.name
     );
-    let age = watch_held(
-        &daemon,
-        &disk.name,
-        "blkobs-iostat0",
-        Duration::from_secs(3),
-    );
+    let pick = Pick::Comm("blkobs-iostat0");
+    let age = watch_held(&daemon, &disk.name, pick, Duration::from_secs(3));
     assert!(age >= 2.5, "last age {age}");
     let hold = held_at.elapsed().as_secs_f64();
     disk.knobs().release();
     assert!(child.wait().unwrap().success());
     let elapsed = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(1500));
-    let slow = slow_of(&daemon, &disk.name, "blkobs-iostat0");
+    let slow = slow_of(&daemon, &disk.name, pick);
     assert_eq!(slow.len(), 1, "{slow:?}");
     let device = slow[0]["device_seconds"].as_f64().unwrap();
     assert!(
@@ -204,8 +220,10 @@ fn fua_write_waiting_for_post_flush_stays_in_flight() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    // By its flag: on kernels before 6.5 the write is first seen when a kworker issues it.
+    let pick = Pick::Flag("fua");
     let listed = wait_for(Duration::from_secs(5), || {
-        inflight_of(&daemon, &disk.name, "blkobs-fuawr")
+        inflight_of(&daemon, &disk.name, pick)
     });
     assert!(
         listed.is_some(),
@@ -214,7 +232,7 @@ fn fua_write_waiting_for_post_flush_stays_in_flight() {
     let age = watch_held(
         &daemon,
         &disk.name,
-        "blkobs-fuawr",
+        pick,
         sleep - Duration::from_millis(700),
     );
     assert!(age >= 1.5, "last age {age}");
@@ -225,17 +243,15 @@ fn fua_write_waiting_for_post_flush_stays_in_flight() {
     // Two slow requests: the FUA write, then the data-less PREFLUSH write of the fsync that
     // block/fops.c does after an O_DSYNC write (generic_write_sync), never dispatched itself:
     // it waits in blk-flush.c for the flush request, which sleeps again.
-    let slow = slow_of(&daemon, &disk.name, "blkobs-fuawr");
-    let has = |s: &Value, flag: &str| s["flags"].as_array().unwrap().iter().any(|f| f == flag);
-    let fua: Vec<&Value> = slow.iter().filter(|s| has(s, "fua")).collect();
-    assert_eq!(fua.len(), 1, "{slow:?}");
+    let fua = slow_of(&daemon, &disk.name, pick);
+    assert_eq!(fua.len(), 1, "{fua:?}");
     let device = fua[0]["device_seconds"].as_f64().unwrap();
     assert!(
         device >= sleep.as_secs_f64() - 0.01 && device <= elapsed,
         "device {device} s: not within the flush's sleep ({sleep:?}) and dd's elapsed time ({elapsed} s)"
     );
-    let preflush: Vec<&Value> = slow.iter().filter(|s| has(s, "preflush")).collect();
-    assert_eq!(preflush.len(), 1, "{slow:?}");
+    let preflush = slow_of(&daemon, &disk.name, Pick::Flag("preflush"));
+    assert_eq!(preflush.len(), 1, "{preflush:?}");
     let total = preflush[0]["total_seconds"].as_f64().unwrap();
     assert!(
         preflush[0]["device_seconds"].is_null()
@@ -256,7 +272,10 @@ fn fua_write_waiting_for_post_flush_stays_in_flight() {
 #[test]
 fn reaper_retires_a_request_the_kernel_says_is_not_in_flight() {
     use aya::maps::{loaded_maps, HashMap, Map, MapData};
-    use observer_common::maps::Inflight;
+    use observer_common::{
+        class::{Op, OP_MASK},
+        maps::Inflight,
+    };
     if !require_root("reaper_retires_a_request_the_kernel_says_is_not_in_flight") {
         return;
     }
@@ -282,8 +301,8 @@ fn reaper_retires_a_request_the_kernel_says_is_not_in_flight() {
     let (rq, mut e) = map
         .iter()
         .filter_map(Result::ok)
-        .find(|(_, e)| !e.is_live() && e.dev == dev.kdev())
-        .expect("a free entry of the test device (kept for reuse after its completion)");
+        .find(|(_, e)| !e.is_live() && e.dev == dev.kdev() && e.class & OP_MASK == Op::Write as u16)
+        .expect("a free entry of a write on the test device (kept for reuse after its completion)");
     let now = observer::time::monotonic_ns();
     e.enter_ns = now - 3_000_000_000;
     e.dispatch_ns = now - 2_900_000_000;

@@ -1,5 +1,5 @@
-//! `cargo xtask vmtest`: run a payload (default: the `matrix` integration test) inside Debian's
-//! 5.10, 6.1 and 6.12 cloud kernels, one after the other, in qemu (TCG: KVM guests hang on these
+//! `cargo xtask vmtest`: run a payload (default: the `matrix` and `held` integration tests)
+//! inside Debian's 5.10, 6.1 and 6.12 cloud kernels, one after the other, in qemu (TCG: KVM guests hang on these
 //! machines). The guest's root is this host's root filesystem, shared read-only over virtiofs (the
 //! cloud kernels have no 9p), and the workspace is shared read-write at the same path, so host
 //! tools and cargo-built binaries run unchanged. Console: stderr and target/vm/<label>/console.log.
@@ -23,7 +23,8 @@ pub struct VmArgs {
     /// Kill a guest that has not powered off after this many minutes (per kernel).
     #[arg(long, default_value_t = 12)]
     pub timeout_min: u64,
-    /// Command to run in the guest, from the workspace directory (default: the matrix test).
+    /// Command to run in the guest, from the workspace directory (default: the matrix and held
+    /// tests).
     #[arg(last = true)]
     pub cmd: Vec<String>,
 }
@@ -137,42 +138,45 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
     Ok(())
 }
 
-/// Builds `observer/tests/matrix.rs` (and the daemon it runs, via CARGO_BIN_EXE_observer) on the
-/// host and returns the command that runs it.
+/// The integration tests run in every guest by default: the kernel matrix proper, and the
+/// held-request tests (the reaper's request-state probe, flush sequences by `end_io` on kernels
+/// whose BTF lacks RQF_FLUSH_SEQ).
+const GUEST_TESTS: [&str; 2] = ["matrix", "held"];
+
+/// Builds [`GUEST_TESTS`] (and the daemon they run, via CARGO_BIN_EXE_observer) on the host and
+/// returns the command that runs them one after the other, stopping at the first failure.
 fn build_matrix_test(root: &Path) -> Result<Vec<String>> {
     let mut c = crate::cargo();
-    c.args([
-        "test",
-        "--no-run",
-        "-p",
-        "observer",
-        "--test",
-        "matrix",
-        "--message-format=json-render-diagnostics",
-    ]);
+    c.args(["test", "--no-run", "-p", "observer"]);
+    for t in GUEST_TESTS {
+        c.args(["--test", t]);
+    }
+    c.arg("--message-format=json-render-diagnostics");
     c.stdout(Stdio::piped());
     eprintln!("+ {c:?}");
     let out = c.output().context("starting cargo")?;
     if !out.status.success() {
-        bail!("building the matrix test (observer/tests/matrix.rs) failed: {}; fix the build, or pass a command after `--`", out.status);
+        bail!("building the guest tests ({GUEST_TESTS:?} in observer/tests/) failed: {}; fix the build, or pass a command after `--`", out.status);
     }
-    let mut exe = None;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if v["reason"] == "compiler-artifact" && v["target"]["name"] == "matrix" {
-            if let Some(e) = v["executable"].as_str() {
-                exe = Some(e.to_string());
-            }
-        }
+    let mut exes = Vec::new();
+    for t in GUEST_TESTS {
+        let exe = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == t)
+            .find_map(|v| v["executable"].as_str().map(str::to_string))
+            .with_context(|| format!("cargo did not report the {t} test executable"))?;
+        let rel = Path::new(&exe)
+            .strip_prefix(root)
+            .map(|p| p.display().to_string())
+            .unwrap_or(exe);
+        exes.push(format!("{} --test-threads=1 --nocapture", quote(&rel)));
     }
-    let exe = exe.context("cargo did not report the matrix test executable")?;
-    let rel = Path::new(&exe)
-        .strip_prefix(root)
-        .map(|p| p.display().to_string())
-        .unwrap_or(exe);
-    Ok(vec![rel, "--test-threads=1".into(), "--nocapture".into()])
+    Ok(vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        format!("set -e; {}", exes.join("; ")),
+    ])
 }
 
 pub(crate) fn quote(s: &str) -> String {
