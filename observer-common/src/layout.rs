@@ -5,7 +5,7 @@
 //! value that differs between kernels is a field here instead of a constant in the programs.
 
 /// Offsets (bytes) and values read from kernel BTF. Set once before load; the verifier sees the
-/// values as constants (the global lives in `.rodata`). 32 `u32` fields then one `u64`: no
+/// values as constants (the global lives in `.rodata`). 36 `u32` fields then one `u64`: no
 /// implicit padding, since the struct is copied into the object byte for byte (add `u32`
 /// fields in pairs; a compile-time check below).
 #[repr(C)]
@@ -46,6 +46,15 @@ pub struct KernelLayout {
     pub bio_next: u32,
     /// `struct bio::bi_opf` (`blk_opf_t`).
     pub bio_opf: u32,
+    /// `struct bio::bi_iter.bi_sector` (sector_t, 512-byte sectors).
+    pub bio_sector: u32,
+    /// `struct bio::bi_iter.bi_size` (u32, bytes).
+    pub bio_size: u32,
+    /// `struct gendisk::queue` (`struct request_queue *`).
+    pub disk_queue: u32,
+    /// `struct request_queue::mq_ops` (non-NULL for request-based, blk-mq disks; NULL for
+    /// bio-based ones such as dm and md, whose bios never become requests).
+    pub q_mq_ops: u32,
     /// `struct bio::bi_disk` (`struct gendisk *`, kernels < 5.12); 0 when absent: the disk is
     /// then `bio::bi_bdev` → `block_device::bd_disk`.
     pub bio_disk: u32,
@@ -113,6 +122,10 @@ impl KernelLayout {
         rq_state: 0,
         bio_next: 0,
         bio_opf: 0,
+        bio_sector: 0,
+        bio_size: 0,
+        disk_queue: 0,
+        q_mq_ops: 0,
         bio_disk: 0,
         bio_bdev: 0,
         bdev_disk: 0,
@@ -134,8 +147,8 @@ impl KernelLayout {
     };
 }
 
-// No implicit padding: 32 × 4 bytes, then the u64.
-const _: () = assert!(core::mem::size_of::<KernelLayout>() == 32 * 4 + 8);
+// No implicit padding: 36 × 4 bytes, then the u64.
+const _: () = assert!(core::mem::size_of::<KernelLayout>() == 36 * 4 + 8);
 
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for KernelLayout {}

@@ -131,6 +131,36 @@ pub const fn dev_slot(dev: u32) -> u32 {
     (dev.wrapping_mul(2_654_435_761) >> 22) & (DEV_SLOTS - 1)
 }
 
+/// `BIO_QUEUED`: hash map, a bio's kernel address → [`BioQueued`], from the bio's entry
+/// (block_bio_queue) on a request-based disk until it becomes a request (block_io_start, or
+/// the fallback entry points), merges into one (block_bio_backmerge/frontmerge) or ends
+/// (block_bio_complete: also a bio failed or merged without a tracepoint, e.g. a discard).
+pub const BIO_QUEUED: &str = "BIO_QUEUED";
+/// Capacity of `BIO_QUEUED`: bios between entry and request at once, all disks.
+pub const BIO_QUEUED_ENTRIES: u32 = 16384;
+
+/// Value of `BIO_QUEUED`: a bio that entered the block layer (btt Q) and has no request yet —
+/// normally for microseconds; for long while it sleeps for a request slot (tag) or is
+/// throttled (rq_qos: write-back throttling, cgroup I/O control).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BioQueued {
+    /// When it entered (ns, CLOCK_MONOTONIC).
+    pub queue_ns: u64,
+    /// First sector (512 B).
+    pub sector: u64,
+    /// Disk, as [`mkdev`].
+    pub dev: u32,
+    /// Size (bytes).
+    pub size: u32,
+    /// Submitter's process id (tgid).
+    pub pid: u32,
+    /// Class (see [`crate::class`]) from the bio's flags (`bi_opf`); never [`crate::class::LOG`].
+    pub class: u16,
+    /// Always 0.
+    pub _pad: u16,
+}
+
 /// Key of `CLASS_STATS`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -301,11 +331,14 @@ pub enum Counter {
     StaleEntries = 4,
     /// Slow-request or stall events lost because the `EVENTS` ring buffer was full.
     EventsDropped = 5,
+    /// Bios whose entry time was not kept because `BIO_QUEUED` was full: their request's
+    /// queue stage starts at its creation instead.
+    BioQueuedFull = 6,
 }
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 /// One filesystem log range on a whole disk: `[start, end)` in 512-byte sectors, as
@@ -356,6 +389,7 @@ impl LogRanges {
 mod pod {
     unsafe impl aya::Pod for super::LogRanges {}
     unsafe impl aya::Pod for super::Inflight {}
+    unsafe impl aya::Pod for super::BioQueued {}
     unsafe impl aya::Pod for super::ClassKey {}
     unsafe impl aya::Pod for super::ClassStats {}
     unsafe impl aya::Pod for super::ErrorKey {}

@@ -27,4 +27,6 @@ empty!(
     f_rq_complete = "block_rq_complete",
     f_bio_back = "block_bio_backmerge",
     f_bio_front = "block_bio_frontmerge",
+    f_bio_queue = "block_bio_queue",
+    f_bio_complete = "block_bio_complete",
 );

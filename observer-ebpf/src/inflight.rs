@@ -16,7 +16,10 @@ use observer_ebpf::{
     store::{fill, put},
 };
 
-use crate::maps::{count, log_class, stats, INFLIGHT, ZERO_INFLIGHT};
+use crate::{
+    maps::{count, log_class, stats, INFLIGHT, ZERO_INFLIGHT},
+    probes::bio_queue::queued_at,
+};
 
 /// Starts tracking a request that entered the block layer, with its original cmd_flags.
 ///
@@ -34,9 +37,16 @@ pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayou
             enter_ns = start;
         }
     }
+    let sector: u64 = read(rq, l.rq_sector);
+    // The queue stage starts when the first bio entered (btt Q), if seen: before the request
+    // existed (a tag wait, throttling) and, on the fallback kernels, before the insert.
+    if let Some(q) = queued_at(read(rq, l.rq_bio)) {
+        if q != 0 && q < enter_ns {
+            enter_ns = q;
+        }
+    }
     let Some(e) = slot(rq, replace) else { return };
     let dev = rq_dev(rq, l);
-    let sector: u64 = read(rq, l.rq_sector);
     let class = classify(original_flags(rq, l), l) | log_class(dev, sector);
     unsafe {
         fill(

@@ -50,7 +50,7 @@ pub fn arg(ctx: &impl EbpfContext, n: usize) -> u64 {
 
 /// The disk of a `struct gendisk *`, as `mkdev(major, first_minor)`.
 #[inline(always)]
-fn disk_dev(disk: u64, l: &KernelLayout) -> u32 {
+pub fn disk_dev(disk: u64, l: &KernelLayout) -> u32 {
     mkdev(
         read::<u32>(disk, l.disk_major),
         read::<u32>(disk, l.disk_first_minor),
@@ -71,17 +71,22 @@ pub fn rq_dev(rq: u64, l: &KernelLayout) -> u32 {
     disk_dev(disk, l)
 }
 
-/// The disk of a bio: `bio->bi_disk` until 309dca309fc3 ("block: store a block_device pointer
-/// in struct bio", 5.12), `bio->bi_bdev->bd_disk` since.
+/// The `struct gendisk *` of a bio: `bio->bi_disk` until 309dca309fc3 ("block: store a
+/// block_device pointer in struct bio", 5.12), `bio->bi_bdev->bd_disk` since.
 #[inline(always)]
-pub fn bio_dev(bio: u64, l: &KernelLayout) -> u32 {
-    let disk: u64 = if l.bio_disk != 0 {
+pub fn bio_disk(bio: u64, l: &KernelLayout) -> u64 {
+    if l.bio_disk != 0 {
         read(bio, l.bio_disk)
     } else {
         let bdev: u64 = read(bio, l.bio_bdev);
         read(bdev, l.bdev_disk)
-    };
-    disk_dev(disk, l)
+    }
+}
+
+/// The disk of a bio, as `mkdev(major, first_minor)`.
+#[inline(always)]
+pub fn bio_dev(bio: u64, l: &KernelLayout) -> u32 {
+    disk_dev(bio_disk(bio, l), l)
 }
 
 /// Whether the request is inside a flush sequence (block/blk-flush.c): RQF_FLUSH_SEQ where BTF

@@ -129,7 +129,7 @@ fn held_write_with_iostats_off_stays_in_flight() {
     }
     let daemon = Daemon::start(&[]);
     let disk = SlowDisk::new(64, "none");
-    std::fs::write(format!("/sys/block/{}/queue/iostats", disk.name), "0").unwrap();
+    disk.set_queue("iostats", "0");
     quiesce(&disk.name);
     let before = lost_untracked(&daemon, &disk.name);
     disk.knobs().hold_next.store(true, Ordering::SeqCst);
@@ -316,4 +316,119 @@ fn reaper_retires_a_request_the_kernel_says_is_not_in_flight() {
     assert!(gone.is_some(), "the reaper did not retire the stale entry");
     let after = lost_untracked(&daemon, &dev.name);
     assert_eq!(after, (before.0 + 1.0, before.1), "(lost, untracked)");
+}
+
+/// The state letter of a process (`/proc/PID/stat` field 3), `None` once it is gone.
+fn proc_state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(") ")?.1.chars().next()
+}
+
+/// Issue 10.2's repro: time spent waiting for a request slot is queue time. `nr_requests` = 4
+/// and a held write: 8 concurrent direct 4 KiB writers (different offsets), so 4 requests are
+/// at the device (one held, three behind it) and 4 bios sleep for a tag. The hold lasts 2 s
+/// after all 8 writers sleep in the kernel. Afterwards: exactly 4 writes with device time ≥ the
+/// hold, exactly 4 with queue time ≥ the hold (the queue stage starts at the bio's entry,
+/// btt Q, not at the request's creation), and every total within dd's own elapsed time.
+#[test]
+fn tag_wait_is_queue_time() {
+    if !require_root("tag_wait_is_queue_time") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let disk = SlowDisk::new(64, "none");
+    disk.set_queue("nomerges", "2");
+    disk.set_queue("nr_requests", "4");
+    quiesce(&disk.name);
+    let before = lost_untracked(&daemon, &disk.name);
+    disk.knobs().hold_next.store(true, Ordering::SeqCst);
+    let dd = named_dd("blkobs-tagwait");
+    let t0 = Instant::now();
+    let mut writers: Vec<_> = (0..8u64)
+        .map(|i| {
+            Command::new(&dd)
+                .args([
+                    "if=/dev/zero",
+                    "bs=4k",
+                    "count=1",
+                    "oflag=direct",
+                    "status=none",
+                ])
+                .arg(format!("of={}", disk.path))
+                .arg(format!("seek={}", i * 16))
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // All eight submitted: each sleeps in the kernel (D), for its completion or for a tag.
+    let asleep = wait_for(Duration::from_secs(30), || {
+        (disk.knobs().holding() && writers.iter().all(|c| proc_state(c.id()) == Some('D')))
+            .then_some(())
+    });
+    assert!(
+        asleep.is_some(),
+        "the eight writers never all slept in the kernel"
+    );
+    let held_from = Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
+    // Four requests at the device, four bios queued without a request, all listed.
+    let v = json(&daemon, &format!("/inflight?device={}", disk.name));
+    let stages: Vec<&str> = v["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        (
+            stages.iter().filter(|s| **s == "device").count(),
+            stages.iter().filter(|s| **s == "queue").count()
+        ),
+        (4, 4),
+        "nr_requests = 4: four requests at the device, four bios waiting for a tag: {v}"
+    );
+    let pids: Vec<u64> = writers.iter().map(|c| c.id() as u64).collect();
+    assert!(
+        v["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| pids.contains(&r["submitter"]["pid"].as_u64().unwrap())),
+        "every entry is one of the eight writers: {v}"
+    );
+    let stuck = json(
+        &daemon,
+        &format!("/stalls?device={}&format=json", disk.name),
+    );
+    assert_eq!(stuck["stuck"].as_array().unwrap().len(), 8, "{stuck}");
+    std::thread::sleep(Duration::from_millis(1700));
+    let hold = held_from.elapsed().as_secs_f64();
+    disk.knobs().release();
+    for c in &mut writers {
+        assert!(c.wait().unwrap().success());
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(1500));
+    let slow = slow_of(&daemon, &disk.name, Pick::Comm("blkobs-tagwait"));
+    assert_eq!(slow.len(), 8, "{slow:?}");
+    let secs = |w: &Value, k: &str| w[k].as_f64().unwrap();
+    let at_device = slow
+        .iter()
+        .filter(|w| secs(w, "device_seconds") >= hold)
+        .count();
+    let waited = slow
+        .iter()
+        .filter(|w| secs(w, "queue_seconds") >= hold)
+        .count();
+    assert_eq!((at_device, waited), (4, 4), "{slow:?}");
+    for w in &slow {
+        let total = secs(w, "total_seconds");
+        assert!(
+            total >= hold && total <= elapsed,
+            "total {total} s: hold {hold} s, elapsed {elapsed} s: {w}"
+        );
+    }
+    let after = lost_untracked(&daemon, &disk.name);
+    assert_eq!(after, before, "(lost, untracked) changed");
 }

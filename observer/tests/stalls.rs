@@ -284,7 +284,7 @@ fn scheduler_held_requests_are_queue_time() {
     }
     let daemon = Daemon::start(&[]);
     let disk = SlowDisk::new(64, "mq-deadline");
-    std::fs::write(format!("/sys/block/{}/queue/nomerges", disk.name), "2").unwrap();
+    disk.set_queue("nomerges", "2");
     quiesce(&disk.name);
     let tags: u64 = std::fs::read_dir(format!("/sys/block/{}/mq", disk.name))
         .unwrap()

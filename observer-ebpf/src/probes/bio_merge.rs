@@ -4,11 +4,12 @@ use aya_ebpf::EbpfContext;
 use observer_common::class::classify;
 use observer_ebpf::{arg, kernel::bio_dev, layout, programs, read};
 
-use crate::maps::stats;
+use crate::{maps::stats, probes::bio_queue::forget};
 
 #[inline(always)]
 fn on_bio_merge(c: &impl EbpfContext, i: usize) {
     let bio = arg(c, i);
+    forget(bio);
     let l = layout();
     let dev = bio_dev(bio, &l);
     if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), &l)) {

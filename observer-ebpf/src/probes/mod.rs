@@ -5,6 +5,7 @@
 //! `*_q` programs read that layout. The daemon picks, per tracepoint, the pair that matches the
 //! `btf_trace_<name>` prototype in kernel BTF (observer/src/kernel_layout.rs, `ArgLayout`).
 mod bio_merge;
+pub mod bio_queue;
 mod io_start;
 mod rq_complete;
 mod rq_insert;

@@ -245,6 +245,12 @@ impl KernelBtf {
             rq_state: self.member_offset("request", "state")?,
             bio_next: self.member_offset("bio", "bi_next")?,
             bio_opf: self.member_offset("bio", "bi_opf")?,
+            bio_sector: self.member_offset("bio", "bi_iter")?
+                + self.member_offset("bvec_iter", "bi_sector")?,
+            bio_size: self.member_offset("bio", "bi_iter")?
+                + self.member_offset("bvec_iter", "bi_size")?,
+            disk_queue: self.member_offset("gendisk", "queue")?,
+            q_mq_ops: self.member_offset("request_queue", "mq_ops")?,
             bio_disk,
             bio_bdev,
             bdev_disk,
@@ -370,6 +376,16 @@ mod tests {
         assert_eq!(l.disk_major, offset("gendisk", "major"));
         assert_eq!(l.disk_first_minor, offset("gendisk", "first_minor"));
         assert_eq!(l.bio_opf, offset("bio", "bi_opf"));
+        assert_eq!(
+            l.bio_sector,
+            offset("bio", "bi_iter") + offset("bvec_iter", "bi_sector")
+        );
+        assert_eq!(
+            l.bio_size,
+            offset("bio", "bi_iter") + offset("bvec_iter", "bi_size")
+        );
+        assert_eq!(l.disk_queue, offset("gendisk", "queue"));
+        assert_eq!(l.q_mq_ops, offset("request_queue", "mq_ops"));
         assert_eq!(l.bio_bdev, offset("bio", "bi_bdev"));
         assert_eq!(l.bdev_disk, offset("block_device", "bd_disk"));
         assert_eq!(l.rq_bio, offset("request", "bio"));

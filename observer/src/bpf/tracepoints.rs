@@ -24,14 +24,17 @@ const fn tp(name: &'static str, program: &'static str, floor_program: &'static s
 
 /// The tracepoints every kernel has, in attach order: from the end of a request's life to its
 /// start, so every request that gets an entry is sure to be seen at dispatch and completion.
-/// The entry point ([`ENTER`] or [`ENTER_FALLBACK`]) is attached last.
-pub const LIFECYCLE: [Tracepoint; 6] = [
+/// The entry point ([`ENTER`] or [`ENTER_FALLBACK`]) is attached last, right after
+/// `block_bio_queue` (a bio's entry, btt Q: where the queue stage starts).
+pub const LIFECYCLE: [Tracepoint; 8] = [
+    tp("block_bio_complete", "bio_complete", "f_bio_complete"),
     tp("block_rq_complete", "rq_complete", "f_rq_complete"),
     tp("block_rq_requeue", "rq_requeue", "f_rq_requeue"),
     tp("block_rq_merge", "rq_merge", "f_rq_merge"),
     tp("block_bio_backmerge", "bio_backmerge", "f_bio_back"),
     tp("block_bio_frontmerge", "bio_frontmerge", "f_bio_front"),
     tp("block_rq_issue", "rq_issue", "f_rq_issue"),
+    tp("block_bio_queue", "bio_queue", "f_bio_queue"),
 ];
 
 /// Where a request enters the block layer: `block_io_start` (block/blk-core.c,

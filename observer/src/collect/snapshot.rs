@@ -117,6 +117,8 @@ pub struct SelfCounters {
     pub stale_entries: u64,
     /// [`Counter::EventsDropped`].
     pub events_dropped: u64,
+    /// [`Counter::BioQueuedFull`].
+    pub bio_queued_full: u64,
 }
 
 /// A read of all maps.
@@ -244,6 +246,7 @@ impl SelfCounters {
             clock_anomalies: counter(Counter::ClockAnomalies),
             stale_entries: counter(Counter::StaleEntries),
             events_dropped: counter(Counter::EventsDropped),
+            bio_queued_full: counter(Counter::BioQueuedFull),
         }
     }
 }

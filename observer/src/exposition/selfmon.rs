@@ -19,7 +19,7 @@ pub const UNTRACKED_COMPLETIONS: MetricDesc = MetricDesc {
 /// Requests or completions lost to a full map, by map.
 pub const DROPPED_REQUESTS: MetricDesc = MetricDesc {
     name: "blkobs_dropped_requests_total",
-    help: "Requests or completions not recorded because a map was full.",
+    help: "Requests or completions not recorded because a map was full (bio_queue_map_full: a bio's entry time, its request's queue stage then starts at its creation).",
     kind: MetricType::COUNTER,
     labels: &["reason"],
 };
@@ -74,6 +74,7 @@ pub fn families(s: &Snapshot, info: &AttachInfo) -> Vec<MetricFamily> {
         DROPPED_REQUESTS.family(vec![
             DROPPED_REQUESTS.counter(&["inflight_map_full"], c.inflight_full as f64),
             DROPPED_REQUESTS.counter(&["stats_map_full"], c.stats_full as f64),
+            DROPPED_REQUESTS.counter(&["bio_queue_map_full"], c.bio_queued_full as f64),
         ]),
         STALE_REQUESTS.family(vec![STALE_REQUESTS.counter(&[], c.stale_entries as f64)]),
         CLOCK_ANOMALIES.family(vec![CLOCK_ANOMALIES.counter(&[], c.clock_anomalies as f64)]),

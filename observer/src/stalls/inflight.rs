@@ -13,8 +13,10 @@ use crate::{
     time::Clock,
 };
 
-/// The live requests of `INFLIGHT` on devices `filter` allows and `f` selects (`device`,
-/// `min_ns` as a minimum age, `limit`), oldest first, with stage, age and submitter.
+/// The live requests of `INFLIGHT`, and the bios of `BIO_QUEUED` that have no request yet
+/// (stage `queue` since their entry: sleeping for a request slot, or throttled), on devices
+/// `filter` allows and `f` selects (`device`, `min_ns` as a minimum age, `limit`), oldest
+/// first, with stage, age and submitter.
 pub fn inflight(
     maps: &KernelMaps,
     filter: &DeviceFilter,
@@ -27,6 +29,22 @@ pub fn inflight(
         .map(|(_, e)| e)
         .filter(Inflight::is_live)
         .collect();
+    // A bio without a request, shown as a queued request: same fields, no submitter command
+    // or cgroup (captured only for requests).
+    all.extend(
+        maps.bio_queued
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(_, b)| Inflight {
+                enter_ns: b.queue_ns,
+                dev: b.dev,
+                class: b.class,
+                sector: b.sector,
+                size: b.size,
+                pid: b.pid,
+                ..Inflight::default()
+            }),
+    );
     all.sort_by_key(Inflight::start_ns);
     let mut out = Vec::new();
     for e in all {

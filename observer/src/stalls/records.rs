@@ -57,7 +57,8 @@ pub struct InflightRequest {
     /// Op, flags, rwbs.
     #[serde(flatten)]
     pub class: ClassInfo,
-    /// `queue` (waiting for dispatch, or requeued) or `device` (at the driver).
+    /// `queue` (waiting for dispatch, or requeued; or a bio with no request yet: sleeping for a
+    /// request slot, or throttled) or `device` (at the driver).
     pub stage: &'static str,
     /// Time since it entered (or was dispatched, for the flush request), seconds.
     pub age_seconds: f64,

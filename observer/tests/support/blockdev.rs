@@ -11,7 +11,9 @@ use std::{
 use super::{sh, unique, wait_every};
 
 /// A loop device over a file (in /dev/shm unless made by [`LoopDev::over`]); detached on drop,
-/// and the file removed when the device made it.
+/// and the file removed when the device made it. Queue attributes changed with
+/// [`LoopDev::set_queue`] are put back first: a loop device keeps them across detach and
+/// re-attach, so the next test to get the same device would inherit them.
 pub struct LoopDev {
     /// `/dev/loopN`.
     pub path: String,
@@ -19,6 +21,8 @@ pub struct LoopDev {
     pub name: String,
     file: PathBuf,
     owns_file: bool,
+    /// (attribute, original value) to restore on drop, in change order.
+    restore: std::cell::RefCell<Vec<(String, String)>>,
 }
 
 impl LoopDev {
@@ -90,7 +94,18 @@ impl LoopDev {
             name,
             file,
             owns_file,
+            restore: Default::default(),
         }
+    }
+
+    /// Writes `/sys/block/<name>/queue/<attr>` (e.g. `iostats`, `nomerges`, `nr_requests`),
+    /// asserts it reads back as written, and restores the old value on drop.
+    pub fn set_queue(&self, attr: &str, value: &str) {
+        let path = format!("/sys/block/{}/queue/{attr}", self.name);
+        let old = std::fs::read_to_string(&path).unwrap().trim().to_string();
+        std::fs::write(&path, value).unwrap_or_else(|e| panic!("writing {path}: {e}"));
+        self.restore.borrow_mut().push((attr.to_string(), old));
+        assert_eq!(self.sysfs(&format!("queue/{attr}")), value, "{path}");
     }
 
     fn set_scheduler(&self, scheduler: &str) {
@@ -137,6 +152,9 @@ impl LoopDev {
 
 impl Drop for LoopDev {
     fn drop(&mut self) {
+        for (attr, old) in self.restore.borrow().iter().rev() {
+            let _ = std::fs::write(format!("/sys/block/{}/queue/{attr}", self.name), old);
+        }
         // Retried: a device just unmounted or closed can be busy for a moment.
         wait_every(Duration::from_millis(250), Duration::from_secs(5), || {
             Command::new("losetup")
