@@ -145,7 +145,9 @@ pub const BIO_QUEUED_ENTRIES: u32 = 16384;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BioQueued {
-    /// When it entered (ns, CLOCK_MONOTONIC).
+    /// When it entered (ns, CLOCK_MONOTONIC); 0 once the bio got its request, merged or ended
+    /// (the entry is kept for the next bio at that address; the daemon deletes unused entries
+    /// when the map is more than half full).
     pub queue_ns: u64,
     /// First sector (512 B).
     pub sector: u64,

@@ -8,7 +8,10 @@
 //! tracepoint, a discard). Meanwhile the daemon lists it in `/inflight` as queued.
 //! Bios of bio-based disks (dm, md: `queue->mq_ops` NULL) never become requests there and are
 //! not kept.
+use core::ptr::addr_of_mut;
+
 use aya_ebpf::{
+    bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
     maps::HashMap,
@@ -22,6 +25,7 @@ use observer_ebpf::{
     arg,
     kernel::{bio_disk, disk_dev},
     layout, programs, read,
+    store::put,
 };
 
 use crate::maps::count;
@@ -39,35 +43,63 @@ fn on_bio_queue(c: &impl EbpfContext, i: usize) {
     if read::<u64>(q, l.q_mq_ops) == 0 {
         return;
     }
+    let (queue_ns, sector, dev, size, pid, class) = (
+        unsafe { bpf_ktime_get_ns() },
+        read(bio, l.bio_sector),
+        disk_dev(disk, &l),
+        read(bio, l.bio_size),
+        (bpf_get_current_pid_tgid() >> 32) as u32,
+        classify(read(bio, l.bio_opf), &l),
+    );
+    // Bio structs are slab objects, reused: an entry is kept after use (queue_ns 0) and
+    // overwritten in place by the next bio at that address, without the map's locks. The
+    // daemon deletes unused entries when the map fills up (collect/reaper.rs).
+    if let Some(p) = BIO_QUEUED.get_ptr_mut(&bio) {
+        unsafe {
+            put(addr_of_mut!((*p).sector), sector);
+            put(addr_of_mut!((*p).dev), dev);
+            put(addr_of_mut!((*p).size), size);
+            put(addr_of_mut!((*p).pid), pid);
+            put(addr_of_mut!((*p).class), class);
+            put(addr_of_mut!((*p).queue_ns), queue_ns);
+        }
+        return;
+    }
     let v = BioQueued {
-        queue_ns: unsafe { bpf_ktime_get_ns() },
-        sector: read(bio, l.bio_sector),
-        dev: disk_dev(disk, &l),
-        size: read(bio, l.bio_size),
-        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        class: classify(read(bio, l.bio_opf), &l),
+        queue_ns,
+        sector,
+        dev,
+        size,
+        pid,
+        class,
         _pad: 0,
     };
-    if BIO_QUEUED.insert(&bio, &v, 0).is_err() {
+    if BIO_QUEUED.insert(&bio, &v, BPF_NOEXIST as u64).is_err() {
         count(Counter::BioQueuedFull);
     }
 }
 
-/// When the bio entered the block layer, if it was seen; its entry is removed.
+/// When the bio entered the block layer, if it was seen; its entry is marked unused.
 #[inline(always)]
 pub fn queued_at(bio: u64) -> Option<u64> {
     if bio == 0 {
         return None;
     }
-    let t = unsafe { BIO_QUEUED.get(&bio) }?.queue_ns;
-    let _ = BIO_QUEUED.remove(&bio);
+    let p = BIO_QUEUED.get_ptr_mut(&bio)?;
+    let t = unsafe { (*p).queue_ns };
+    if t == 0 {
+        return None;
+    }
+    unsafe { put(addr_of_mut!((*p).queue_ns), 0) };
     Some(t)
 }
 
-/// Forgets a bio that merged into an existing request, or ended.
+/// Forgets a bio that merged into an existing request, or ended (marks its entry unused).
 #[inline(always)]
 pub fn forget(bio: u64) {
-    let _ = BIO_QUEUED.remove(&bio);
+    if let Some(p) = BIO_QUEUED.get_ptr_mut(&bio) {
+        unsafe { put(addr_of_mut!((*p).queue_ns), 0) };
+    }
 }
 
 /// `block_bio_complete(struct request_queue *q, struct bio *bio, ...)` (the queue first on

@@ -36,8 +36,9 @@ pub struct KernelMaps {
     pub events: Mutex<Option<RingBuf<MapData>>>,
     /// `LOG_RANGES`: disk → filesystem log ranges; written only by [`crate::fslog`].
     pub log_ranges: Mutex<Array<MapData, LogRanges>>,
-    /// `BIO_QUEUED`: bio address → a bio that entered and has no request yet.
-    pub bio_queued: HashMap<MapData, u64, BioQueued>,
+    /// `BIO_QUEUED`: bio address → a bio that entered and has no request yet (`queue_ns` ≠ 0),
+    /// or an unused entry; unused ones are deleted by the reaper.
+    pub bio_queued: Mutex<HashMap<MapData, u64, BioQueued>>,
     /// Capacity of `INFLIGHT` (entries).
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
@@ -83,7 +84,9 @@ impl KernelMaps {
             log_ranges: Mutex::new(
                 Array::try_from(take(m::LOG_RANGES)?).map_err(conv(m::LOG_RANGES))?,
             ),
-            bio_queued: HashMap::try_from(take(m::BIO_QUEUED)?).map_err(conv(m::BIO_QUEUED))?,
+            bio_queued: Mutex::new(
+                HashMap::try_from(take(m::BIO_QUEUED)?).map_err(conv(m::BIO_QUEUED))?,
+            ),
             inflight_capacity,
             class_stats_capacity,
         })

@@ -20,7 +20,7 @@ use std::{
 };
 
 use aya::maps::{HashMap, MapData};
-use observer_common::maps::{ClassKey, Inflight};
+use observer_common::maps::{BioQueued, ClassKey, Inflight};
 
 use crate::{
     bpf::{
@@ -29,6 +29,24 @@ use crate::{
     },
     time::monotonic_ns,
 };
+
+/// Deletes the unused entries of `BIO_QUEUED` (kept by the programs for the next bio at the
+/// same address) when more than half of `capacity` is in use, so bio addresses that are no
+/// longer used cannot fill it. Returns how many were deleted.
+pub fn prune_bios(map: &mut HashMap<MapData, u64, BioQueued>, capacity: u32) -> usize {
+    let entries: Vec<(u64, BioQueued)> = map.iter().filter_map(Result::ok).collect();
+    if entries.len() as u32 <= capacity / 2 {
+        return 0;
+    }
+    let mut n = 0;
+    for (bio, _) in entries.iter().filter(|(_, b)| b.queue_ns == 0) {
+        // Only if still unused: the programs may have reused it meanwhile.
+        if map.get(bio, 0).is_ok_and(|b| b.queue_ns == 0) && map.remove(bio).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
 
 /// Only entries dispatched longer ago than this (ns) are candidates.
 pub const MIN_AGE_NS: u64 = 1_000_000_000;

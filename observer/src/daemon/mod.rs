@@ -16,7 +16,7 @@ use crate::{
     bpf::loader,
     collect::{
         events::History,
-        reaper::{Reaped, Reaper},
+        reaper::{self, Reaped, Reaper},
         snapshot::Snapshot,
         windows::{self, HistogramWindows},
     },
@@ -106,6 +106,10 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
                         st.maps.inflight_capacity,
                         &st.reaped,
                     );
+                }
+                {
+                    let mut bios = st.maps.bio_queued.lock().expect("BIO_QUEUED lock");
+                    reaper::prune_bios(&mut bios, observer_common::maps::BIO_QUEUED_ENTRIES);
                 }
                 let filter = st.runtime.read().expect("runtime lock").filter.clone();
                 let now = monotonic_ns();

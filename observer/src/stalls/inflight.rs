@@ -31,20 +31,22 @@ pub fn inflight(
         .collect();
     // A bio without a request, shown as a queued request: same fields, no submitter command
     // or cgroup (captured only for requests).
-    all.extend(
-        maps.bio_queued
-            .iter()
+    let bios: Vec<_> = {
+        let map = maps.bio_queued.lock().expect("BIO_QUEUED lock");
+        map.iter()
             .filter_map(Result::ok)
-            .map(|(_, b)| Inflight {
-                enter_ns: b.queue_ns,
-                dev: b.dev,
-                class: b.class,
-                sector: b.sector,
-                size: b.size,
-                pid: b.pid,
-                ..Inflight::default()
-            }),
-    );
+            .filter(|(_, b)| b.queue_ns != 0)
+            .collect()
+    };
+    all.extend(bios.into_iter().map(|(_, b)| Inflight {
+        enter_ns: b.queue_ns,
+        dev: b.dev,
+        class: b.class,
+        sector: b.sector,
+        size: b.size,
+        pid: b.pid,
+        ..Inflight::default()
+    }));
     all.sort_by_key(Inflight::start_ns);
     let mut out = Vec::new();
     for e in all {
