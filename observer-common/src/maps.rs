@@ -16,6 +16,8 @@
 //! one, whatever their device numbers, up to [`DEV_SLOT_LIMIT`] disks. The programs look the
 //! slot up once per request, when it enters (or, for the flush request, at its dispatch), and
 //! keep it in [`Inflight::slot`]; dispatch and completion index the arrays with it directly.
+//! The lookup goes through a small per-CPU cache (`SLOT_CACHE`, validated against
+//! `LOG_RANGES[slot].dev`), so most requests find their slot with array lookups only.
 
 use crate::{hist::NBUCKETS, Stage};
 

@@ -8,7 +8,7 @@ use observer_common::maps::{
     ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges, Settings, DEV_SLOTS,
     EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES, NO_SLOT,
 };
-use observer_ebpf::store::entry;
+use observer_ebpf::store::{entry, put};
 
 #[map]
 pub static INFLIGHT: HashMap<u64, Inflight> =
@@ -87,12 +87,42 @@ pub fn error_seen(dev: u32, class: u16, status: u64) {
     }
 }
 
-/// The slot of disk `dev` in the per-device arrays (one hash lookup), or
-/// [`NO_SLOT`] (counted) if the daemon has not given it one.
+/// Entries per CPU of `SLOT_CACHE` (a power of two).
+const SLOT_CACHE_ENTRIES: u32 = 64;
+
+/// Per CPU, direct-mapped (entry: the disk's `MKDEV` hashed): `dev << 32 | slot` of a disk
+/// recently looked up in `DEV_INDEX`, so that a request usually finds its disk's slot with two
+/// array lookups instead of a hash lookup. A cached slot is used only while `LOG_RANGES[slot]`
+/// still names the disk (the daemon writes it before it publishes the slot and zeroes it when
+/// it frees the slot): a stale entry costs the hash lookup, never a wrong slot.
+#[map]
+static SLOT_CACHE: PerCpuArray<u64> = PerCpuArray::with_max_entries(SLOT_CACHE_ENTRIES, 0);
+
+/// The slot of disk `dev` in the per-device arrays (from this CPU's `SLOT_CACHE`, else one hash
+/// lookup in `DEV_INDEX`), or [`NO_SLOT`] (counted) if the daemon has not given it one.
 #[inline(always)]
 pub fn dev_slot(dev: u32) -> u32 {
+    let i = (dev.wrapping_mul(2_654_435_761) >> 26) & (SLOT_CACHE_ENTRIES - 1);
+    let cached = SLOT_CACHE.get_ptr_mut(i);
+    if let Some(c) = cached {
+        let v = unsafe { *c };
+        let slot = v as u32;
+        if (v >> 32) as u32 == dev && slot != NO_SLOT {
+            if let Some(r) = LOG_RANGES.get(slot) {
+                if r.dev == dev {
+                    return slot;
+                }
+            }
+        }
+    }
     match unsafe { DEV_INDEX.get(&dev) } {
-        Some(s) => *s,
+        Some(s) => {
+            let slot = *s;
+            if let Some(c) = cached {
+                unsafe { put(c, ((dev as u64) << 32) | slot as u64) };
+            }
+            slot
+        }
         None => {
             count(Counter::Unindexed);
             NO_SLOT

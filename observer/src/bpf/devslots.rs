@@ -16,8 +16,10 @@
 //! The programs look a disk's slot up once per request, when it enters (the flush request: at
 //! its dispatch), and keep it in `Inflight::slot`. They use a slot's `DEVSTATE` / `LOG_RANGES`
 //! entry only if its `dev` is the request's disk, so a request in flight while its disk's slot
-//! is given to another disk cannot touch the new owner's state. Freed slots are reused last
-//! (first in, first out).
+//! is given to another disk cannot touch the new owner's state; the same check on
+//! `LOG_RANGES[slot].dev` validates the programs' per-CPU cache of `DEV_INDEX`. Hence the
+//! publication order in [`DevSlots::rescan`]. Freed slots are reused last (first in, first
+//! out).
 
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
@@ -244,6 +246,9 @@ impl DevSlots {
                 Err(e) => {
                     warn!(disk = %name(dev), slot, error = %e, "cannot publish the disk's slot: no log classification or stall detection on it");
                     self.table.revoke(dev);
+                    let _ = self.index.remove(&dev);
+                    let _ = self.devstate.set(slot, DevState::default(), 0);
+                    let _ = self.log_ranges.set(slot, LogRanges::default(), 0);
                 }
             }
         }
