@@ -7,13 +7,23 @@
 //! | `ERRORS` | per-CPU hash | [`ErrorKey`] | u64 count |
 //! | `COUNTERS` | per-CPU array | [`Counter`] as u32 | u64 |
 //! | `ZERO` | per-CPU array, 1 entry | 0 | [`ClassStats`] (always zero; template for inserts) |
-//! | `LOG_RANGES` | array of [`DEV_SLOTS`], index [`dev_slot`] | [`LogRanges`] (written by the daemon only) |
+//! | `DEV_INDEX` | hash, [`DEV_SLOTS`] entries | disk as [`mkdev`] (u32) | its slot (u32, 1 ≤ slot < [`DEV_SLOTS`]; written by the daemon only) |
+//! | `DEVSTATE` | array of [`DEV_SLOTS`], index = slot | [`DevState`] (`dev` written by the daemon) |
+//! | `LOG_RANGES` | array of [`DEV_SLOTS`], index = slot | [`LogRanges`] (written by the daemon only) |
+//!
+//! **Per-device slots.** The daemon gives every disk it sees (with media, in `/sys/block`) its
+//! own slot of the per-device arrays and publishes it in `DEV_INDEX`: no two disks ever share
+//! one, whatever their device numbers, up to [`DEV_SLOT_LIMIT`] disks. The programs look the
+//! slot up once per request, when it enters (or, for the flush request, at its dispatch), and
+//! keep it in [`Inflight::slot`]; dispatch and completion index the arrays with it directly.
+//! The lookup goes through a small per-CPU cache (`SLOT_CACHE`, validated against
+//! `LOG_RANGES[slot].dev`), so most requests find their slot with array lookups only.
 
 use crate::{hist::NBUCKETS, Stage};
 
 /// `SETTINGS`: array of one [`Settings`], written by the daemon.
 pub const SETTINGS: &str = "SETTINGS";
-/// `DEVSTATE`: array of [`DEV_SLOTS`] [`DevState`], indexed by [`dev_slot`].
+/// `DEVSTATE`: array of [`DEV_SLOTS`] [`DevState`], indexed by a disk's slot (`DEV_INDEX`).
 pub const DEVSTATE: &str = "DEVSTATE";
 /// `EVENTS`: ring buffer of [`SlowEvent`] and [`StallEvent`].
 pub const EVENTS: &str = "EVENTS";
@@ -31,6 +41,8 @@ pub const COUNTERS: &str = "COUNTERS";
 
 /// See module docs.
 pub const LOG_RANGES: &str = "LOG_RANGES";
+/// See module docs: disk ([`mkdev`]) → slot.
+pub const DEV_INDEX: &str = "DEV_INDEX";
 /// Ranges per disk in [`LogRanges`]; more are dropped by the daemon with a warning.
 pub const LOG_RANGES_MAX: usize = 8;
 
@@ -92,6 +104,12 @@ pub struct Inflight {
     pub cgroup: u64,
     /// Submitter's command name (TASK_COMM_LEN, NUL-padded).
     pub comm: [u8; 16],
+    /// The disk's slot in the per-device arrays (`DEVSTATE`, `LOG_RANGES`), looked up in
+    /// `DEV_INDEX` once, at entry (the flush request: at dispatch); [`NO_SLOT`] if the disk
+    /// had none then.
+    pub slot: u32,
+    /// Always 0.
+    pub _pad: u32,
 }
 
 impl Inflight {
@@ -120,16 +138,19 @@ impl Inflight {
     }
 }
 
-/// Slots of the per-device arrays (`DEVSTATE`, `LOG_RANGES`).
+/// Entries of the per-device arrays (`DEVSTATE`, `LOG_RANGES`) and of `DEV_INDEX`. Slot 0 is
+/// never given to a disk ([`NO_SLOT`]), so [`DEV_SLOT_LIMIT`] disks have one.
 pub const DEV_SLOTS: u32 = 1024;
 
-/// Slot of a disk in the per-device arrays: a multiplicative hash of [`mkdev`]. Array lookups
-/// with a computed index are a few ns where a hash map lookup is ~50 ns; two disks that share a
-/// slot are detected by the `dev` field in the value (the second one loses stall detection /
-/// log classification, and the daemon says so).
-pub const fn dev_slot(dev: u32) -> u32 {
-    (dev.wrapping_mul(2_654_435_761) >> 22) & (DEV_SLOTS - 1)
-}
+/// The slot of a disk that has none (not indexed yet, or more than [`DEV_SLOT_LIMIT`] disks):
+/// its requests are neither classified as filesystem log writes nor stall-tracked, and are
+/// counted in [`Counter::Unindexed`]. Entry 0 of the per-device arrays is never written.
+pub const NO_SLOT: u32 = 0;
+
+/// How many disks get a slot of their own, each a different one (slots 1 to
+/// [`DEV_SLOTS`]` - 1`): any set of up to this many disks is fully classified and
+/// stall-tracked; the daemon reports the others as degraded.
+pub const DEV_SLOT_LIMIT: u32 = DEV_SLOTS - 1;
 
 /// `BIO_QUEUED`: hash map, a bio's kernel address → [`BioQueued`], from the bio's entry
 /// (block_bio_queue) on a request-based disk until it becomes a request (block_io_start, or
@@ -253,7 +274,9 @@ pub struct Settings {
 }
 
 /// Per-device state in `DEVSTATE`, shared by all CPUs (updated with plain stores: the latest
-/// writer wins, which is the latest event up to a few ns).
+/// writer wins, which is the latest event up to a few ns). The daemon writes a slot's `dev`
+/// (and zero times) when it gives the slot to a disk, and zeroes it when the disk goes; the
+/// programs only use a slot whose `dev` is the request's disk.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DevState {
@@ -336,11 +359,15 @@ pub enum Counter {
     /// Bios whose entry time was not kept because `BIO_QUEUED` was full: their request's
     /// queue stage starts at its creation instead.
     BioQueuedFull = 6,
+    /// Requests (and flush-request dispatches) on a disk without a slot in `DEV_INDEX` (not
+    /// indexed by the daemon yet, or beyond [`DEV_SLOT_LIMIT`]): counted and aggregated, but
+    /// not classified as log writes and not stall-tracked.
+    Unindexed = 7,
 }
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 /// One filesystem log range on a whole disk: `[start, end)` in 512-byte sectors, as
@@ -361,7 +388,8 @@ pub struct SectorRange {
 pub struct LogRanges {
     /// Valid entries in `ranges` (≤ [`LOG_RANGES_MAX`]).
     pub count: u32,
-    /// The disk these ranges belong to ([`mkdev`]), at slot [`dev_slot`]`(dev)` of `LOG_RANGES`.
+    /// The disk these ranges belong to ([`mkdev`]), at its slot (`DEV_INDEX`) of `LOG_RANGES`;
+    /// the programs ignore the entry for any other disk.
     pub dev: u32,
     /// The ranges; entries past `count` are ignored.
     pub ranges: [SectorRange; LOG_RANGES_MAX],
@@ -402,6 +430,15 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Inflight` is read by the daemon (INFLIGHT, inside `SlowEvent`): no implicit padding,
+    /// 8-byte aligned size.
+    #[test]
+    fn inflight_layout() {
+        assert_eq!(core::mem::size_of::<Inflight>(), 80);
+        assert_eq!(core::mem::offset_of!(Inflight, slot), 72);
+        assert_eq!(core::mem::size_of::<SlowEvent>(), 104);
+    }
 
     #[test]
     fn user_dev_t_decoding() {

@@ -17,7 +17,7 @@ use observer_ebpf::{
 };
 
 use crate::{
-    maps::{count, log_class, stats, INFLIGHT, ZERO_INFLIGHT},
+    maps::{count, dev_slot, log_class, stats, INFLIGHT, ZERO_INFLIGHT},
     probes::bio_queue::queued_at,
 };
 
@@ -47,13 +47,16 @@ pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayou
     }
     let Some(e) = slot(rq, replace) else { return };
     let dev = rq_dev(rq, l);
-    let class = classify(original_flags(rq, l), l) | log_class(dev, sector);
+    // The disk's slot, looked up once here and kept in the entry for dispatch and completion.
+    let disk_slot = dev_slot(dev);
+    let class = classify(original_flags(rq, l), l) | log_class(dev, disk_slot, sector);
     unsafe {
         fill(
             e,
             enter_ns,
             dispatch_ns,
             dev,
+            disk_slot,
             class,
             sector,
             read(rq, l.rq_data_len),

@@ -5,10 +5,10 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use observer_common::maps::{
-    dev_slot, ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges, Settings,
-    DEV_SLOTS, EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES,
+    ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges, Settings, DEV_SLOTS,
+    EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES, NO_SLOT,
 };
-use observer_ebpf::store::entry;
+use observer_ebpf::store::{entry, put};
 
 #[map]
 pub static INFLIGHT: HashMap<u64, Inflight> =
@@ -23,8 +23,13 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT
 /// Slow thresholds and stall threshold, written by the daemon.
 #[map]
 pub static SETTINGS: Array<Settings> = Array::with_max_entries(1, 0);
+/// Per-device stall state, indexed by the disk's slot (see `DEV_INDEX`).
 #[map]
 pub static DEVSTATE: Array<DevState> = Array::with_max_entries(DEV_SLOTS, 0);
+/// Disk (`MKDEV`) → its slot in `DEVSTATE` and `LOG_RANGES`, one per disk, written by the
+/// daemon (observer/src/bpf/devslots.rs). Looked up once per request.
+#[map]
+static DEV_INDEX: HashMap<u32, u32> = HashMap::with_max_entries(DEV_SLOTS, 0);
 /// Slow requests and stall episodes: the only per-event traffic to userspace, and only for
 /// requests over a threshold.
 #[map]
@@ -36,7 +41,8 @@ pub static ZERO_INFLIGHT: PerCpuArray<Inflight> = PerCpuArray::with_max_entries(
 /// One all-zero `ClassStats`: the template for new `CLASS_STATS` entries (too big for the stack).
 #[map]
 static ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
-/// Filesystem log ranges per disk, written by the daemon (observer/src/fslog.rs).
+/// Filesystem log ranges per disk, indexed by the disk's slot, written by the daemon
+/// (observer/src/fslog/ranges.rs).
 #[map]
 static LOG_RANGES: Array<LogRanges> = Array::with_max_entries(DEV_SLOTS, 0);
 
@@ -81,11 +87,57 @@ pub fn error_seen(dev: u32, class: u16, status: u64) {
     }
 }
 
-/// [`observer_common::class::LOG`] if the request starts inside a filesystem log range of its
-/// disk, else 0. One array lookup (inlined by the verifier).
+/// Entries per CPU of `SLOT_CACHE` (a power of two).
+const SLOT_CACHE_ENTRIES: u32 = 64;
+
+/// Per CPU, direct-mapped (entry: the disk's `MKDEV` hashed): `dev << 32 | slot` of a disk
+/// recently looked up in `DEV_INDEX`, so that a request usually finds its disk's slot with two
+/// array lookups instead of a hash lookup. A cached slot is used only while `LOG_RANGES[slot]`
+/// still names the disk (the daemon writes it before it publishes the slot and zeroes it when
+/// it frees the slot): a stale entry costs the hash lookup, never a wrong slot.
+#[map]
+static SLOT_CACHE: PerCpuArray<u64> = PerCpuArray::with_max_entries(SLOT_CACHE_ENTRIES, 0);
+
+/// The slot of disk `dev` in the per-device arrays (from this CPU's `SLOT_CACHE`, else one hash
+/// lookup in `DEV_INDEX`), or [`NO_SLOT`] (counted) if the daemon has not given it one.
 #[inline(always)]
-pub fn log_class(dev: u32, sector: u64) -> u16 {
-    match LOG_RANGES.get(dev_slot(dev)) {
+pub fn dev_slot(dev: u32) -> u32 {
+    let i = (dev.wrapping_mul(2_654_435_761) >> 26) & (SLOT_CACHE_ENTRIES - 1);
+    let cached = SLOT_CACHE.get_ptr_mut(i);
+    if let Some(c) = cached {
+        let v = unsafe { *c };
+        let slot = v as u32;
+        if (v >> 32) as u32 == dev && slot != NO_SLOT {
+            if let Some(r) = LOG_RANGES.get(slot) {
+                if r.dev == dev {
+                    return slot;
+                }
+            }
+        }
+    }
+    match unsafe { DEV_INDEX.get(&dev) } {
+        Some(s) => {
+            let slot = *s;
+            if let Some(c) = cached {
+                unsafe { put(c, ((dev as u64) << 32) | slot as u64) };
+            }
+            slot
+        }
+        None => {
+            count(Counter::Unindexed);
+            NO_SLOT
+        }
+    }
+}
+
+/// [`observer_common::class::LOG`] if the request starts inside a filesystem log range of its
+/// disk (at `slot`, see [`dev_slot`]), else 0. One array lookup (inlined by the verifier).
+#[inline(always)]
+pub fn log_class(dev: u32, slot: u32, sector: u64) -> u16 {
+    if slot == NO_SLOT {
+        return 0;
+    }
+    match LOG_RANGES.get(slot) {
         Some(r) if r.dev == dev && r.contains(sector) => observer_common::class::LOG,
         _ => 0,
     }

@@ -1,25 +1,28 @@
 //! Stall episodes: a device that went longer than the threshold without a dispatch (requests
 //! queued) or without a completion (requests at the device).
 use observer_common::maps::{
-    dev_slot, DevState, StallEvent, EVENT_STALL, STALL_DEVICE, STALL_DISPATCH,
+    DevState, StallEvent, EVENT_STALL, NO_SLOT, STALL_DEVICE, STALL_DISPATCH,
 };
 
 use crate::maps::{emit, DEVSTATE, SETTINGS};
 
-/// The device's shared state in its slot, claimed on first use; None if another disk owns
-/// the slot (that disk then has no stall detection; the daemon reports the collision).
+/// The device's shared state at its slot (the request's [`Inflight::slot`]); None if the disk
+/// had no slot, or the slot is no longer this disk's (the daemon gave it to another disk
+/// after this one went away).
+///
+/// [`Inflight::slot`]: observer_common::maps::Inflight::slot
 #[inline(always)]
-fn devstate(dev: u32) -> Option<&'static mut DevState> {
-    let p = DEVSTATE.get_ptr_mut(dev_slot(dev))?;
+fn devstate(dev: u32, slot: u32) -> Option<&'static mut DevState> {
+    if slot == NO_SLOT {
+        return None;
+    }
+    let p = DEVSTATE.get_ptr_mut(slot)?;
     let ds = unsafe { &mut *p };
     if ds.dev == dev {
-        return Some(ds);
+        Some(ds)
+    } else {
+        None
     }
-    if ds.dev == 0 {
-        ds.dev = dev;
-        return Some(ds);
-    }
-    None
 }
 
 /// Emits a stall episode if the device went longer than the threshold without this event.
@@ -38,11 +41,14 @@ fn maybe_stall(dev: u32, kind: u32, class: u16, start_ns: u64, now: u64) {
     }
 }
 
-/// A dispatch on `dev` of a request that entered at `enter_ns` (0: the flush request). Ends a
-/// dispatch stall: requests were queued and none was dispatched since max(last dispatch, entry).
+/// A dispatch on `dev` (at `slot`) of a request that entered at `enter_ns` (0: the flush
+/// request). Ends a dispatch stall: requests were queued and none was dispatched since
+/// max(last dispatch, entry).
 #[inline(always)]
-pub fn dispatched(dev: u32, class: u16, enter_ns: u64, now: u64) {
-    let Some(ds) = devstate(dev) else { return };
+pub fn dispatched(dev: u32, slot: u32, class: u16, enter_ns: u64, now: u64) {
+    let Some(ds) = devstate(dev, slot) else {
+        return;
+    };
     if enter_ns != 0 {
         maybe_stall(
             dev,
@@ -55,11 +61,13 @@ pub fn dispatched(dev: u32, class: u16, enter_ns: u64, now: u64) {
     ds.last_dispatch_ns = now;
 }
 
-/// A completion on `dev` of a request dispatched at `dispatch_ns`. Ends a device stall:
-/// requests at the device and none completed since max(last completion, this dispatch).
+/// A completion on `dev` (at `slot`) of a request dispatched at `dispatch_ns`. Ends a device
+/// stall: requests at the device and none completed since max(last completion, this dispatch).
 #[inline(always)]
-pub fn completed(dev: u32, class: u16, dispatch_ns: u64, now: u64) {
-    let Some(ds) = devstate(dev) else { return };
+pub fn completed(dev: u32, slot: u32, class: u16, dispatch_ns: u64, now: u64) {
+    let Some(ds) = devstate(dev, slot) else {
+        return;
+    };
     maybe_stall(
         dev,
         STALL_DEVICE,

@@ -18,7 +18,8 @@ pub unsafe fn put<T>(p: *mut T, v: T) {
     core::ptr::write_volatile(p, v)
 }
 
-/// Fills an [`Inflight`] (a map value) field by field; submitter fields zero.
+/// Fills an [`Inflight`] (a map value) field by field; submitter fields zero. `slot` is the
+/// disk's slot in the per-device arrays (`NO_SLOT` if none).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn fill(
@@ -26,6 +27,7 @@ pub unsafe fn fill(
     enter_ns: u64,
     dispatch_ns: u64,
     dev: u32,
+    slot: u32,
     class: u16,
     sector: u64,
     size: u32,
@@ -44,6 +46,8 @@ pub unsafe fn fill(
     let comm = addr_of_mut!((*e).comm) as *mut u64;
     put(comm, 0);
     put(comm.add(1), 0);
+    put(addr_of_mut!((*e).slot), slot);
+    put(addr_of_mut!((*e)._pad), 0);
 }
 
 /// Adds `ns` to a histogram.

@@ -77,7 +77,7 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
     }
     s.last_complete_ns = now;
     if e.dispatch_ns != 0 {
-        stall::completed(e.dev, e.class, e.dispatch_ns, now);
+        stall::completed(e.dev, e.slot, e.class, e.dispatch_ns, now);
     }
     let lat = latency(&e, now);
     record(s, &e, &lat);

@@ -13,7 +13,7 @@ use observer_ebpf::{
 
 use crate::{
     inflight::{enter, free, live, lost, slot},
-    maps::count,
+    maps::{count, dev_slot},
     stall::dispatched,
 };
 
@@ -31,8 +31,9 @@ fn on_issue(c: &impl EbpfContext, i: usize) {
         // The shared per-hctx flush request (block/blk-flush.c): never "enters"; device stage only.
         let Some(e) = slot(rq, true) else { return };
         let dev = rq_dev(rq, &l);
-        unsafe { fill(e, 0, now, dev, Op::Flush as u16, 0, 0) };
-        dispatched(dev, Op::Flush as u16, 0, now);
+        let slot = dev_slot(dev);
+        unsafe { fill(e, 0, now, dev, slot, Op::Flush as u16, 0, 0) };
+        dispatched(dev, slot, Op::Flush as u16, 0, now);
     } else if l.enter_fallback != 0 {
         // Directly issued without insert on a kernel without block_io_start: queue time is 0.
         enter(rq, now, now, false, &l);
@@ -45,7 +46,7 @@ fn on_issue(c: &impl EbpfContext, i: usize) {
 fn redispatch(e: &mut Inflight, now: u64) -> bool {
     if e.dispatch_ns == 0 {
         e.dispatch_ns = now;
-        dispatched(e.dev, e.class, e.enter_ns, now);
+        dispatched(e.dev, e.slot, e.class, e.enter_ns, now);
         return true;
     }
     if e.requeued != 0 {

@@ -12,7 +12,10 @@ use observer_common::maps::{
     self as m, BioQueued, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges, Settings,
 };
 
-use super::loader::{load_err, ProbeError};
+use super::{
+    devslots::DevSlots,
+    loader::{load_err, ProbeError},
+};
 
 /// Every map the daemon reads or writes, owned (so the [`Ebpf`] object only keeps the
 /// programs attached).
@@ -30,12 +33,11 @@ pub struct KernelMaps {
     pub counters: PerCpuArray<MapData, u64>,
     /// `SETTINGS`: thresholds, writable at runtime.
     pub settings: Mutex<Array<MapData, Settings>>,
-    /// `DEVSTATE`: per-device last completion / dispatch.
-    pub devstate: Array<MapData, DevState>,
+    /// `DEV_INDEX`, `DEVSTATE` (per-device last completion / dispatch) and `LOG_RANGES` (disk →
+    /// filesystem log ranges): the per-device slots, written only through [`DevSlots`].
+    pub dev_slots: Mutex<DevSlots>,
     /// `EVENTS` ring buffer, taken by the event reader at startup.
     pub events: Mutex<Option<RingBuf<MapData>>>,
-    /// `LOG_RANGES`: disk → filesystem log ranges; written only by [`crate::fslog`].
-    pub log_ranges: Mutex<Array<MapData, LogRanges>>,
     /// `BIO_QUEUED`: bio address → a bio that entered and has no request yet (`queue_ns` ≠ 0),
     /// or an unused entry; unused ones are deleted by the reaper.
     pub bio_queued: Mutex<HashMap<MapData, u64, BioQueued>>,
@@ -77,13 +79,16 @@ impl KernelMaps {
             errors: PerCpuHashMap::try_from(take(m::ERRORS)?).map_err(conv(m::ERRORS))?,
             counters: PerCpuArray::try_from(take(m::COUNTERS)?).map_err(conv(m::COUNTERS))?,
             settings: Mutex::new(Array::try_from(take(m::SETTINGS)?).map_err(conv(m::SETTINGS))?),
-            devstate: Array::try_from(take(m::DEVSTATE)?).map_err(conv(m::DEVSTATE))?,
+            dev_slots: Mutex::new(DevSlots::new(
+                HashMap::try_from(take(m::DEV_INDEX)?).map_err(conv(m::DEV_INDEX))?,
+                Array::<MapData, DevState>::try_from(take(m::DEVSTATE)?)
+                    .map_err(conv(m::DEVSTATE))?,
+                Array::<MapData, LogRanges>::try_from(take(m::LOG_RANGES)?)
+                    .map_err(conv(m::LOG_RANGES))?,
+            )),
             events: Mutex::new(Some(
                 RingBuf::try_from(take(m::EVENTS)?).map_err(conv(m::EVENTS))?,
             )),
-            log_ranges: Mutex::new(
-                Array::try_from(take(m::LOG_RANGES)?).map_err(conv(m::LOG_RANGES))?,
-            ),
             bio_queued: Mutex::new(
                 HashMap::try_from(take(m::BIO_QUEUED)?).map_err(conv(m::BIO_QUEUED))?,
             ),
@@ -92,12 +97,12 @@ impl KernelMaps {
         })
     }
 
-    /// The device's state from its `DEVSTATE` slot, if the slot is this device's.
+    /// The device's state from its `DEVSTATE` slot, if it has one.
     pub fn devstate_of(&self, dev: u32) -> Option<DevState> {
-        self.devstate
-            .get(&m::dev_slot(dev), 0)
-            .ok()
-            .filter(|d| d.dev == dev)
+        self.dev_slots
+            .lock()
+            .expect("dev slots lock")
+            .devstate_of(dev)
     }
 
     /// Writes new thresholds for the programs (takes effect at the next event).

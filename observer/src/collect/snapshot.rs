@@ -119,6 +119,19 @@ pub struct SelfCounters {
     pub events_dropped: u64,
     /// [`Counter::BioQueuedFull`].
     pub bio_queued_full: u64,
+    /// [`Counter::Unindexed`].
+    pub unindexed: u64,
+}
+
+/// The per-device slots (see [`crate::bpf::devslots`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotCounts {
+    /// Disks with a slot (entries in `DEV_INDEX`).
+    pub used: u64,
+    /// Disks that can have one ([`observer_common::maps::DEV_SLOT_LIMIT`]).
+    pub capacity: u32,
+    /// Disks without one because all were taken (degraded).
+    pub degraded: u64,
 }
 
 /// A read of all maps.
@@ -136,6 +149,8 @@ pub struct Snapshot {
     pub inflight_entries: (u64, u32),
     /// Entries in CLASS_STATS / its capacity.
     pub class_stats_entries: (u64, u32),
+    /// Per-device slots in use, capacity, and degraded disks.
+    pub slots: SlotCounts,
 }
 
 impl Snapshot {
@@ -153,6 +168,7 @@ impl Snapshot {
         s.counters = SelfCounters::read(maps);
         s.inflight_entries = (n_inflight, maps.inflight_capacity);
         s.class_stats_entries = (n_stats, maps.class_stats_capacity);
+        s.slots = SlotCounts::read(maps);
         s
     }
 
@@ -247,6 +263,19 @@ impl SelfCounters {
             stale_entries: counter(Counter::StaleEntries),
             events_dropped: counter(Counter::EventsDropped),
             bio_queued_full: counter(Counter::BioQueuedFull),
+            unindexed: counter(Counter::Unindexed),
+        }
+    }
+}
+
+impl SlotCounts {
+    fn read(maps: &KernelMaps) -> SlotCounts {
+        let slots = maps.dev_slots.lock().expect("dev slots lock");
+        let t = slots.table();
+        SlotCounts {
+            used: t.assigned().len() as u64,
+            capacity: t.limit(),
+            degraded: t.degraded().len() as u64,
         }
     }
 }

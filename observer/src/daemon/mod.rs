@@ -4,16 +4,13 @@
 
 pub mod service;
 
-use std::{
-    sync::{Arc, Mutex, RwLock},
-    time::Duration,
-};
+use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::Context;
 use tracing::info;
 
 use crate::{
-    bpf::loader,
+    bpf::{devslots, loader},
     collect::{
         events::History,
         reaper::{self, Reaped, Reaper},
@@ -44,6 +41,9 @@ where
         cfg.maps.stats_memory_mib,
         cfg.stalls.settings(),
     )?;
+    // Give every disk its slot before anything else: requests entering a disk without one
+    // lack log classification and stall detection (bpf/devslots.rs).
+    maps.dev_slots.lock().expect("dev slots lock").rescan();
     let state = Arc::new(AppState {
         maps,
         runtime: RwLock::new(ReloadableSettings {
@@ -66,10 +66,12 @@ where
     let fslog_state = state.clone();
     fslog::spawn(
         move |want| {
-            fslog::sync_map(
-                &mut fslog_state.maps.log_ranges.lock().expect("LOG_RANGES lock"),
-                want,
-            )
+            fslog_state
+                .maps
+                .dev_slots
+                .lock()
+                .expect("dev slots lock")
+                .set_log_ranges(want)
         },
         state.fslog.clone(),
         fslog::Sources::for_host_root(cfg.host_root.as_deref()),
@@ -90,15 +92,17 @@ where
     Ok(())
 }
 
-/// Every second: the reaper pass, then a histogram snapshot when one is due (every
-/// [`windows::INTERVAL_NS`], and at once at startup).
+/// Every second ([`devslots::RESCAN_INTERVAL`]): the disks rescanned for per-device slots, the
+/// reaper pass, then a histogram snapshot when one is due (every [`windows::INTERVAL_NS`], and
+/// at once at startup).
 fn spawn_reaper_and_windows(st: Arc<AppState>) {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut tick = tokio::time::interval(devslots::RESCAN_INTERVAL);
         loop {
             tick.tick().await;
             let st = st.clone();
             let _ = tokio::task::spawn_blocking(move || {
+                st.maps.dev_slots.lock().expect("dev slots lock").rescan();
                 {
                     let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
                     st.reaper.lock().expect("reaper lock").reap(

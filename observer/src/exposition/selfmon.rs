@@ -1,6 +1,7 @@
 //! The observer's own health: requests it could not track, map fill, build and attach mode.
 //! Declares `blkobs_untracked_completions_total`, `blkobs_dropped_requests_total`,
-//! `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_map_entries`,
+//! `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`,
+//! `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries`,
 //! `blkobs_map_capacity` and `blkobs_build_info`.
 
 use prometheus::proto::{MetricFamily, MetricType};
@@ -37,6 +38,22 @@ pub const CLOCK_ANOMALIES: MetricDesc = MetricDesc {
     name: "blkobs_clock_anomalies_total",
     help: "Completions whose timestamps went backwards; their latency was not recorded.",
     kind: MetricType::COUNTER,
+    labels: &[],
+};
+
+/// Requests on disks without a per-device slot.
+pub const UNINDEXED_REQUESTS: MetricDesc = MetricDesc {
+    name: "blkobs_unindexed_requests_total",
+    help: "Requests that entered a disk without a per-device slot (not indexed yet, or degraded): counted and timed, but not classified as filesystem log writes and not stall-tracked.",
+    kind: MetricType::COUNTER,
+    labels: &[],
+};
+
+/// Disks over the per-device slot limit.
+pub const DEVICES_DEGRADED: MetricDesc = MetricDesc {
+    name: "blkobs_devices_degraded",
+    help: "Disks without a per-device slot because more disks than slots exist (GET /devices: tracking=degraded): no filesystem log classification, no stall detection.",
+    kind: MetricType::GAUGE,
     labels: &[],
 };
 
@@ -78,13 +95,17 @@ pub fn families(s: &Snapshot, info: &AttachInfo) -> Vec<MetricFamily> {
         ]),
         STALE_REQUESTS.family(vec![STALE_REQUESTS.counter(&[], c.stale_entries as f64)]),
         CLOCK_ANOMALIES.family(vec![CLOCK_ANOMALIES.counter(&[], c.clock_anomalies as f64)]),
+        UNINDEXED_REQUESTS.family(vec![UNINDEXED_REQUESTS.counter(&[], c.unindexed as f64)]),
+        DEVICES_DEGRADED.family(vec![DEVICES_DEGRADED.gauge(&[], s.slots.degraded as f64)]),
         MAP_ENTRIES.family(vec![
             MAP_ENTRIES.gauge(&["inflight"], s.inflight_entries.0 as f64),
             MAP_ENTRIES.gauge(&["class_stats"], s.class_stats_entries.0 as f64),
+            MAP_ENTRIES.gauge(&["dev_index"], s.slots.used as f64),
         ]),
         MAP_CAPACITY.family(vec![
             MAP_CAPACITY.gauge(&["inflight"], s.inflight_entries.1 as f64),
             MAP_CAPACITY.gauge(&["class_stats"], s.class_stats_entries.1 as f64),
+            MAP_CAPACITY.gauge(&["dev_index"], s.slots.capacity as f64),
         ]),
         BUILD_INFO.family(vec![BUILD_INFO.gauge(
             &[

@@ -19,7 +19,8 @@
 //!      descriptor's inode table. An external journal (`s_journal_dev`, verified against
 //!      `s_journal_uuid`) is log in its entirety.
 //! 4. Ranges are converted to 512-byte sectors on the whole disk, merged per disk, and written
-//!    to `LOG_RANGES` (entries of disks that no longer have a log are deleted).
+//!    to `LOG_RANGES` at the disk's slot (entries of disks that no longer have a log are
+//!    emptied; see [`crate::bpf::devslots`] for the slots).
 //!
 //! A superblock that cannot be read or does not make sense is skipped with a warning (logged
 //! and shown in `/devices` with a [`LogStatus`], and in `blkobs_fs_log_status`), never fatal. Stacked devices (device-mapper, md) are not mapped to
@@ -44,7 +45,7 @@ pub use error::{FsLogError, LogStatus};
 pub use ext4::Ext4Super;
 pub use metrics::render_metrics;
 pub use mountinfo::{parse_mountinfo, MountEntry};
-pub use ranges::{sync_map, Range};
+pub use ranges::Range;
 pub use sources::Sources;
 pub use watch::{spawn, FsLogState};
 pub use xfs::XfsSuper;

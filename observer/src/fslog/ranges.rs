@@ -1,13 +1,10 @@
-//! Log ranges per disk: merged, bounded to what `LOG_RANGES` holds, and written into that map.
+//! Log ranges per disk: merged and bounded to what `LOG_RANGES` holds (written into that map,
+//! at each disk's slot, by [`crate::bpf::devslots::DevSlots::set_log_ranges`]).
 
 use std::collections::BTreeMap;
 
-use aya::maps::{Array, MapData};
-use observer_common::maps::{
-    dev_major, dev_minor, dev_slot, LogRanges, SectorRange, DEV_SLOTS, LOG_RANGES_MAX,
-};
+use observer_common::maps::{LogRanges, SectorRange, LOG_RANGES_MAX};
 use serde::Serialize;
-use tracing::warn;
 
 use super::discovery::Discovery;
 
@@ -36,31 +33,6 @@ impl Discovery {
                 (*k, v)
             })
             .collect()
-    }
-}
-
-/// Writes `want` into the `LOG_RANGES` array (slot [`dev_slot`] of each disk) and clears the
-/// slots of disks that no longer have a log. Two disks with a log in the same slot: the first
-/// keeps it, the second is not classified (logged).
-pub fn sync_map(map: &mut Array<MapData, LogRanges>, want: &BTreeMap<u32, LogRanges>) {
-    let mut slots: BTreeMap<u32, LogRanges> = BTreeMap::new();
-    for (dev, v) in want {
-        let slot = dev_slot(*dev);
-        if let Some(other) = slots.get(&slot) {
-            warn!(disk = %format!("{}:{}", dev_major(*dev), dev_minor(*dev)), other = %format!("{}:{}", dev_major(other.dev), dev_minor(other.dev)),
-                  "two disks with a filesystem log share a LOG_RANGES slot: this disk's log writes are not classified");
-            continue;
-        }
-        slots.insert(slot, LogRanges { dev: *dev, ..*v });
-    }
-    for slot in 0..DEV_SLOTS {
-        let want = slots.get(&slot).copied().unwrap_or_default();
-        let have = map.get(&slot, 0).unwrap_or_default();
-        if have != want {
-            if let Err(e) = map.set(slot, want, 0) {
-                warn!(slot, error = %e, "cannot write LOG_RANGES: log writes on that disk are not classified");
-            }
-        }
     }
 }
 

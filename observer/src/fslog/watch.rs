@@ -53,7 +53,8 @@ fn log_changes(old: &Discovery, new: &Discovery) {
 
 /// Runs discovery now and then on every mountinfo change (POLLPRI) or every
 /// [`POLL_INTERVAL`], on a dedicated thread, keeping `LOG_RANGES` and `state` up to date.
-/// `write` applies the wanted `LOG_RANGES` contents (normally through [`sync_map`]).
+/// `write` applies the wanted `LOG_RANGES` contents, disk (`mkdev`) → ranges (normally
+/// [`crate::bpf::devslots::DevSlots::set_log_ranges`]).
 pub fn spawn(
     mut write: impl FnMut(&BTreeMap<u32, LogRanges>) + Send + 'static,
     state: Arc<FsLogState>,

@@ -2,6 +2,7 @@
 //!
 //! ```json
 //! {"devices": [{"device": "loop3", "dev": "7:3", "sectors": 1433600, "write_cache": "write back",
+//!               "tracking": "full",
 //!               "partitions": [{"name": "loop3p1", "dev": "259:0", "start": 2048, "sectors": 65536}],
 //!               "filesystems": [{"fstype": "xfs", "mountpoint": "/mnt", "device": "loop3p1", "role": "data+log",
 //!                                "log_status": "found"}],
@@ -11,7 +12,10 @@
 //! ```
 //! Sectors are 512 bytes; `log_ranges` are on the whole disk (what requests carry), `end`
 //! exclusive. Every disk in /sys/block with media (size > 0) is listed, with or without
-//! filesystems.
+//! filesystems. `tracking` says whether the disk has a per-device slot (`full`: filesystem log
+//! classification and stall detection), not yet (`pending`: it appeared less than a second
+//! ago) or none because there are more disks than slots (`degraded`), see
+//! [`crate::bpf::devslots`].
 
 use std::{path::Path, sync::Arc};
 
@@ -19,6 +23,7 @@ use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
 use serde::Serialize;
 
 use crate::{
+    bpf::devslots::{parse_dev, SlotTable, Tracking, SYS_BLOCK},
     fslog::{Discovery, LogKind, LogStatus, Range},
     state::AppState,
 };
@@ -65,6 +70,9 @@ pub struct Device {
     pub sectors: u64,
     /// `queue/write_cache`: `write back` or `write through`.
     pub write_cache: String,
+    /// Whether the disk has a per-device slot: `full` (log classification and stall
+    /// detection), `pending` (not indexed yet) or `degraded` (more disks than slots).
+    pub tracking: Tracking,
     /// Partitions.
     pub partitions: Vec<Partition>,
     /// Filesystems with data or log on this disk.
@@ -91,9 +99,9 @@ fn read(p: &Path) -> String {
 }
 
 /// Builds the body from sysfs (`sys_block`, normally `/sys/block`: `size`, `dev`,
-/// `queue/write_cache`, partitions' `start`/`size`) and a discovery. Disks without media
-/// (size 0) are left out unless they have log ranges.
-pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
+/// `queue/write_cache`, partitions' `start`/`size`), a discovery and the per-device slots.
+/// Disks without media (size 0) are left out unless they have log ranges.
+pub fn body(sys_block: &Path, d: Discovery, slots: &SlotTable) -> DevicesBody {
     let mut devices = Vec::new();
     let mut names: Vec<String> = std::fs::read_dir(sys_block)
         .map(|it| {
@@ -109,8 +117,10 @@ pub fn body(sys_block: &Path, d: Discovery) -> DevicesBody {
         if sectors == 0 && !d.ranges.contains_key(&name) {
             continue; // unattached loop devices, empty drives
         }
+        let dev = read(&dir.join("dev"));
         devices.push(Device {
-            dev: read(&dir.join("dev")),
+            tracking: parse_dev(&dev).map_or(Tracking::Pending, |d| slots.tracking(d)),
+            dev,
             sectors,
             write_cache: read(&dir.join("queue/write_cache")),
             partitions: partitions(&dir),
@@ -174,10 +184,18 @@ fn filesystems_on(name: &str, d: &Discovery) -> Vec<FsRef> {
     refs
 }
 
-/// The handler: the body from `/sys/block` and the last discovery; 500 if that task fails.
+/// The handler: the body from `/sys/block`, the last discovery and the slots; 500 if that task
+/// fails.
 pub async fn get_devices(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     let d = st.fslog.get();
-    match tokio::task::spawn_blocking(move || body(Path::new("/sys/block"), d)).await {
+    let slots = st
+        .maps
+        .dev_slots
+        .lock()
+        .expect("dev slots lock")
+        .table()
+        .clone();
+    match tokio::task::spawn_blocking(move || body(Path::new(SYS_BLOCK), d, &slots)).await {
         Ok(b) => Json(b).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -1,5 +1,6 @@
-//! Block devices made for a test: loop devices (plain or partitioned) and null_blk. Each is
-//! detached / removed, with its backing file, on drop.
+//! Block devices made for a test: loop devices (plain, partitioned, or at a chosen index made
+//! with LOOP_CTL_ADD) and null_blk. Each is detached / removed, with its backing file (and a
+//! loop device the test added), on drop.
 
 use std::{
     io::Write,
@@ -23,6 +24,8 @@ pub struct LoopDev {
     owns_file: bool,
     /// (attribute, original value) to restore on drop, in change order.
     restore: std::cell::RefCell<Vec<(String, String)>>,
+    /// The loop index this test added with LOOP_CTL_ADD (removed after the detach on drop).
+    added: Option<AddedLoop>,
 }
 
 impl LoopDev {
@@ -95,6 +98,7 @@ impl LoopDev {
             file,
             owns_file,
             restore: Default::default(),
+            added: None,
         }
     }
 
@@ -106,6 +110,37 @@ impl LoopDev {
         std::fs::write(&path, value).unwrap_or_else(|e| panic!("writing {path}: {e}"));
         self.restore.borrow_mut().push((attr.to_string(), old));
         assert_eq!(self.sysfs(&format!("queue/{attr}")), value, "{path}");
+    }
+
+    /// A loop device at index `index` (`/dev/loop<index>`) over `file` (not removed on drop),
+    /// with `scheduler`: the device is created with LOOP_CTL_ADD, so it never is one that
+    /// existed before, and removed again (LOOP_CTL_REMOVE) on drop, after the detach. `None`
+    /// if the index exists already or someone else attached it first (choose another).
+    pub fn at_index(index: u32, file: PathBuf, scheduler: &str) -> Option<LoopDev> {
+        let added = AddedLoop::add(index)?;
+        let out = Command::new("losetup")
+            .arg(&added.path)
+            .arg(&file)
+            .output()
+            .expect("run losetup");
+        if !out.status.success() {
+            eprintln!(
+                "losetup {} failed (taken by someone else?): {}",
+                added.path,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None; // `added` removes the device (if it is not in use by someone else)
+        }
+        let dev = LoopDev {
+            path: added.path.clone(),
+            name: format!("loop{index}"),
+            file,
+            owns_file: false,
+            restore: Default::default(),
+            added: Some(added),
+        };
+        dev.set_scheduler(scheduler);
+        Some(dev)
     }
 
     fn set_scheduler(&self, scheduler: &str) {
@@ -166,7 +201,76 @@ impl Drop for LoopDev {
         if self.owns_file {
             let _ = std::fs::remove_file(&self.file);
         }
+        // Then `added` (if any) drops: the loop device itself goes.
     }
+}
+
+const LOOP_CTL_ADD: libc::c_ulong = 0x4C80;
+const LOOP_CTL_REMOVE: libc::c_ulong = 0x4C81;
+
+/// A loop device created by the test with LOOP_CTL_ADD (include/uapi/linux/loop.h), and its
+/// node if the test had to make it; removed on drop (LOOP_CTL_REMOVE fails, harmlessly, while
+/// the device is attached: detach first).
+pub struct AddedLoop {
+    pub index: u32,
+    pub path: String,
+    made_node: bool,
+}
+
+impl AddedLoop {
+    /// Adds loop device `index`; `None` if it exists already (LOOP_CTL_ADD: EEXIST).
+    pub fn add(index: u32) -> Option<AddedLoop> {
+        let r = loop_ctl(LOOP_CTL_ADD, index);
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            assert_eq!(
+                e.raw_os_error(),
+                Some(libc::EEXIST),
+                "LOOP_CTL_ADD {index}: {e}"
+            );
+            return None;
+        }
+        let mut added = AddedLoop {
+            index,
+            path: format!("/dev/loop{index}"),
+            made_node: false,
+        };
+        // devtmpfs makes the node; without it (a static /dev), make it from sysfs' numbers.
+        if !wait_every(Duration::from_millis(20), Duration::from_secs(3), || {
+            Path::new(&added.path).exists()
+        }) {
+            let dev = sysfs(&format!("loop{index}"), "dev");
+            let (maj, min) = dev.split_once(':').unwrap();
+            sh("mknod", &[&added.path, "b", maj, min]);
+            added.made_node = true;
+        }
+        Some(added)
+    }
+}
+
+impl Drop for AddedLoop {
+    fn drop(&mut self) {
+        // Retried: the device may be busy for a moment after its detach.
+        wait_every(Duration::from_millis(100), Duration::from_secs(5), || {
+            loop_ctl(LOOP_CTL_REMOVE, self.index) >= 0
+                || std::io::Error::last_os_error().raw_os_error() == Some(libc::ENODEV)
+        });
+        if self.made_node {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// An ioctl on /dev/loop-control; its result (< 0: errno is set).
+fn loop_ctl(request: libc::c_ulong, index: u32) -> i32 {
+    use std::os::fd::AsRawFd;
+    let ctl = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/loop-control")
+        .expect("open /dev/loop-control");
+    // SAFETY: a valid fd; the argument is the index, passed by value.
+    unsafe { libc::ioctl(ctl.as_raw_fd(), request as _, index as libc::c_ulong) }
 }
 
 /// A new sparse file of `size_mib` in /dev/shm.

@@ -262,6 +262,14 @@ impl SlowDisk {
         }
     }
 
+    /// A slow disk at loop index `index`, created for it (see [`LoopDev::at_index`]); `None`
+    /// if that index exists already or was taken.
+    pub fn at_index(index: u32, size_mib: usize, scheduler: &str) -> Option<SlowDisk> {
+        let mount = SlowMount::new(size_mib);
+        let dev = LoopDev::at_index(index, mount.image(), scheduler)?;
+        Some(SlowDisk { dev, mount })
+    }
+
     pub fn knobs(&self) -> &Knobs {
         &self.mount.knobs
     }
