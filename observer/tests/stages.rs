@@ -44,19 +44,7 @@ impl StageTrace {
         for e in EVENTS {
             std::fs::write(self.dir.join("events/block").join(e).join("enable"), "0").unwrap();
         }
-        let text = std::fs::read_to_string(self.dir.join("trace")).unwrap();
-        let counts = text
-            .lines()
-            .find_map(|l| l.strip_prefix("# entries-in-buffer/entries-written: "))
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|r| r.split_once('/'))
-            .map(|(a, b)| (a.to_string(), b.to_string()));
-        if let Some((kept, written)) = counts {
-            assert_eq!(
-                kept, written,
-                "trace buffer overflowed: the witness is incomplete"
-            );
-        }
+        let text = read_trace(&self.dir);
         let mut out = Vec::new();
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let Some(e) = EVENTS.iter().find(|e| line.contains(&format!(" {e}: "))) else {

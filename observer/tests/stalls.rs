@@ -12,23 +12,6 @@ use std::{
 use serde_json::Value;
 use support::*;
 
-fn json(d: &Daemon, path: &str) -> Value {
-    let (status, body) = d.get(path).expect("GET");
-    assert_eq!(status, 200, "{path}: {body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
-}
-
-/// A copy of dd under a distinctive name, so the submitter can be recognised.
-fn named_dd(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("blkobs-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    if !p.exists() {
-        std::fs::copy("/usr/bin/dd", &p).unwrap();
-    }
-    p
-}
-
 fn slow_of<'a>(v: &'a Value, comm: &str) -> Vec<&'a Value> {
     v["slow"]
         .as_array()

@@ -144,3 +144,10 @@ pub fn wait_ranges(d: &Daemon, disk: &str, want: &[(u64, u64)]) {
         devices(d)
     );
 }
+
+/// GET `path`, asserting 200, parsed as JSON.
+pub fn json(d: &Daemon, path: &str) -> Value {
+    let (status, body) = d.get(path).expect("GET");
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+}

@@ -77,6 +77,25 @@ pub fn ensure_tracefs() {
     }
 }
 
+/// The `trace` file of an ftrace instance directory; panics if the buffer overflowed (the
+/// witness would be incomplete).
+pub fn read_trace(instance: &Path) -> String {
+    let text = std::fs::read_to_string(instance.join("trace")).unwrap();
+    let counts = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# entries-in-buffer/entries-written: "))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|r| r.split_once('/'))
+        .map(|(a, b)| (a.to_string(), b.to_string()));
+    if let Some((kept, written)) = counts {
+        assert_eq!(
+            kept, written,
+            "trace buffer overflowed: the witness is incomplete"
+        );
+    }
+    text
+}
+
 /// One `block_io_start` event from an ftrace instance: what entered the block layer.
 #[derive(Clone, Debug)]
 pub struct IoStart {
@@ -105,19 +124,7 @@ impl IoTrace {
     /// Stops recording and returns the events.
     pub fn stop(&self) -> Vec<IoStart> {
         std::fs::write(self.dir.join("events/block/block_io_start/enable"), "0").unwrap();
-        let text = std::fs::read_to_string(self.dir.join("trace")).unwrap();
-        let counts = text
-            .lines()
-            .find_map(|l| l.strip_prefix("# entries-in-buffer/entries-written: "))
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|r| r.split_once('/'))
-            .map(|(a, b)| (a.to_string(), b.to_string()));
-        if let Some((kept, written)) = counts {
-            assert_eq!(
-                kept, written,
-                "trace buffer overflowed: the witness is incomplete"
-            );
-        }
+        let text = read_trace(&self.dir);
         let mut out = Vec::new();
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let Some((_, rest)) = line.split_once("block_io_start: ") else {
