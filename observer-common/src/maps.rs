@@ -227,6 +227,9 @@ pub struct ClassStats {
     /// Requests counted in `requests` whose completion was never seen (the struct was reused
     /// or the kernel reported none in flight), so no latency or bytes were recorded.
     pub lost: u64,
+    /// Final completions of requests never seen entering (in flight before the programs were
+    /// attached): not in `requests`, no latency. Classified by the flags at completion.
+    pub untracked: u64,
 }
 
 impl ClassStats {
@@ -243,6 +246,7 @@ impl ClassStats {
         slow: 0,
         last_complete_ns: 0,
         lost: 0,
+        untracked: 0,
     };
 }
 
@@ -342,9 +346,9 @@ pub struct StallEvent {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counter {
-    /// Final completions of requests the programs never saw enter (in flight before start,
-    /// or lost): counted, never given a latency.
-    UntrackedCompletions = 0,
+    /// Unused since untracked completions are counted per device and class
+    /// ([`ClassStats::untracked`]); the slot keeps the other counters' indices.
+    Reserved0 = 0,
     /// Requests not tracked because `INFLIGHT` was full.
     InflightFull = 1,
     /// Completions not aggregated because `CLASS_STATS` was full.

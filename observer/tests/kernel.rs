@@ -360,13 +360,17 @@ fn partition_io_counts_for_the_disk() {
     let _ = Command::new("partx").args(["-d", &dev.path]).status();
 }
 
-/// Requests already in flight when the daemon starts are counted as untracked and never get
-/// a latency.
+/// Requests already in flight when the daemon starts (or entering while it attaches its
+/// programs one by one) are counted as untracked on their device and never get a latency.
+/// Witness /proc/diskstats, read before the daemon starts and once it is up: an untracked
+/// request completed during start-up or was among the at most 64 fio keeps in flight when it
+/// was up, and every completion after start-up is either a request or untracked.
 #[test]
 fn inflight_at_start_is_untracked() {
     if !require_root("inflight_at_start_is_untracked") {
         return;
     }
+    const DEPTH: u64 = 64;
     let dev = LoopDev::new(256, "mq-deadline");
     let mut fio = Command::new("fio")
         .args([
@@ -376,7 +380,7 @@ fn inflight_at_start_is_untracked() {
             "--bs=4k",
             "--direct=1",
             "--ioengine=libaio",
-            "--iodepth=64",
+            &format!("--iodepth={DEPTH}"),
             "--runtime=6",
             "--time_based",
             "--output=/dev/null",
@@ -384,17 +388,36 @@ fn inflight_at_start_is_untracked() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
+    let before_start = diskstats(&dev.name);
     let daemon = Daemon::start(&[]);
+    let after_start = diskstats(&dev.name);
     std::thread::sleep(Duration::from_millis(1000));
     assert!(fio.wait().unwrap().success());
     quiesce(&dev.name);
+    let end = diskstats(&dev.name);
     let m = daemon.scrape();
+    let n = &dev.name;
+    let untracked = m.sum("blkobs_untracked_completions_total", &[("device", n)]);
+    let requests = m.sum("blkobs_requests_total", &[("device", n)]);
+    let reads = |d: &DiskStats| (d.reads + d.writes) as f64;
+    eprintln!(
+        "{n}: {untracked} untracked, {requests} requests; diskstats completions since before \
+         start {}, since up {}",
+        reads(&end) - reads(&before_start),
+        reads(&end) - reads(&after_start)
+    );
+    let during_start = reads(&after_start) - reads(&before_start);
     assert!(
-        m.sum("blkobs_untracked_completions_total", &[]) >= 1.0,
-        "in-flight requests at start must be untracked"
+        untracked >= 1.0 && untracked <= during_start + DEPTH as f64,
+        "{untracked} untracked completions on {n}: {during_start} completed during start-up, \
+         at most {DEPTH} in flight after"
+    );
+    assert!(
+        requests + untracked <= reads(&end) - reads(&before_start)
+            && requests + untracked >= reads(&end) - reads(&after_start),
+        "requests + untracked outside the diskstats bounds"
     );
     assert_eq!(m.sum("blkobs_clock_anomalies_total", &[]), 0.0);
-    let n = &dev.name;
     let count = m.sum(
         "blkobs_request_latency_seconds_count",
         &[("device", n), ("stage", "total")],
@@ -404,6 +427,12 @@ fn inflight_at_start_is_untracked() {
         &[("device", n), ("stage", "total"), ("le", "1.048576")],
     );
     assert!(count > 1000.0);
+    let lost = m.sum("blkobs_lost_completions_total", &[("device", n)]);
+    assert_eq!(
+        count,
+        requests - lost,
+        "one total-stage sample per tracked request whose completion was seen"
+    );
     assert_eq!(
         fast, count,
         "a request took over 1 s on a RAM-backed loop device: bogus latency"

@@ -5,14 +5,14 @@
 //! declared like every handler's but never chosen.
 use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
-    class::OP_MASK,
+    class::{classify, Op, OP_MASK},
     layout::KernelLayout,
     maps::{ClassStats, Counter, Inflight, SlowEvent, EVENT_SLOW},
     Stage,
 };
 use observer_ebpf::{
     arg,
-    kernel::{bio_merges, in_flush_seq, is_flush, rq_dev},
+    kernel::{bio_merges, in_flush_seq, is_flush, original_flags, rq_dev},
     layout, programs, read,
     store::observe,
 };
@@ -111,10 +111,19 @@ fn tracked(
     if let Some(e) = never_dispatched(rq, now, data_final, l) {
         return Some(e);
     }
-    if data_final || is_flush(rq, l) {
-        count(Counter::UntrackedCompletions);
+    let flush = is_flush(rq, l);
+    if data_final || flush {
+        let dev = rq_dev(rq, l);
+        let class = if flush {
+            Op::Flush as u16
+        } else {
+            classify(original_flags(rq, l), l)
+        };
+        if let Some(s) = stats(dev, class) {
+            unsafe { (*s).untracked += 1 };
+        }
         if error != 0 {
-            error_seen(rq_dev(rq, l), 0, error);
+            error_seen(dev, 0, error);
         }
     }
     None

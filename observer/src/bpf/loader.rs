@@ -121,8 +121,11 @@ impl Mode {
 /// tracepoint.
 type Step = (String, &'static str);
 
-/// Loads the object with the layout and map sizes, then attaches every program in one mode, in
-/// the order given.
+/// Loads the object with the layout and map sizes, loads (verifies) every program in one mode,
+/// then attaches them in the order given, one right after the other: verification takes tens
+/// of ms per program, and requests that enter before the entry point is attached complete
+/// untracked (measured on a loop device at ~85k IOPS: 6,119 untracked when each program was
+/// verified just before its attach).
 fn load_and_attach(
     mode: Mode,
     layout: &KernelLayout,
@@ -143,18 +146,31 @@ fn load_and_attach(
         .load(OBJECT)
         .map_err(|e| load_err("loading the object")(e.into()))?;
     for (name, tp) in plan {
-        attach_one(&mut ebpf, mode, btf, name, tp)?;
+        program_step(&mut ebpf, mode, btf, name, tp, Phase::Load)?;
+    }
+    for (name, tp) in plan {
+        program_step(&mut ebpf, mode, btf, name, tp, Phase::Attach)?;
     }
     Ok(ebpf)
 }
 
-/// Loads and attaches program `name` (with `_raw` appended in raw mode) to tracepoint `tp`.
-fn attach_one(
+/// What [`program_step`] does to a program.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Load it into the kernel (the verifier runs here).
+    Load,
+    /// Attach the loaded program to its tracepoint.
+    Attach,
+}
+
+/// Loads or attaches program `name` (with `_raw` appended in raw mode) for tracepoint `tp`.
+fn program_step(
     ebpf: &mut Ebpf,
     mode: Mode,
     btf: &Btf,
     name: &str,
     tp: &str,
+    what: Phase,
 ) -> Result<(), ProbeError> {
     let step = |what: &str| load_err(format!("{what} {name} on {tp} ({mode:?})"));
     let program = match mode {
@@ -165,15 +181,21 @@ fn attach_one(
         .program_mut(&program)
         .ok_or_else(|| step("finding")(anyhow::anyhow!("missing from object")))?;
     let finding = |e: aya::programs::ProgramError| step("finding")(e.into());
-    match mode {
-        Mode::Btf => {
+    match (mode, what) {
+        (Mode::Btf, Phase::Load) => {
             let prog: &mut BtfTracePoint = prog.try_into().map_err(finding)?;
             prog.load(tp, btf).map_err(|e| step("loading")(e.into()))?;
+        }
+        (Mode::Btf, Phase::Attach) => {
+            let prog: &mut BtfTracePoint = prog.try_into().map_err(finding)?;
             prog.attach().map_err(|e| step("attaching")(e.into()))?;
         }
-        Mode::Raw => {
+        (Mode::Raw, Phase::Load) => {
             let prog: &mut RawTracePoint = prog.try_into().map_err(finding)?;
             prog.load().map_err(|e| step("loading")(e.into()))?;
+        }
+        (Mode::Raw, Phase::Attach) => {
+            let prog: &mut RawTracePoint = prog.try_into().map_err(finding)?;
             prog.attach(tp).map_err(|e| step("attaching")(e.into()))?;
         }
     }

@@ -58,6 +58,8 @@ pub struct ClassTotals {
     pub lost: u64,
     /// Completed requests over their slow threshold.
     pub slow: u64,
+    /// Final completions of requests never seen entering: not in `requests`, no latency.
+    pub untracked: u64,
 }
 
 impl ClassTotals {
@@ -70,6 +72,7 @@ impl ClassTotals {
             requeues: 0,
             lost: 0,
             slow: 0,
+            untracked: 0,
         }
     }
 
@@ -86,6 +89,7 @@ impl ClassTotals {
         self.requeues += v.requeues;
         self.lost += v.lost;
         self.slow += v.slow;
+        self.untracked += v.untracked;
     }
 }
 
@@ -105,8 +109,6 @@ pub struct InflightCounts {
 /// Global self-monitoring counters, summed over CPUs (see [`Counter`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SelfCounters {
-    /// [`Counter::UntrackedCompletions`].
-    pub untracked_completions: u64,
     /// [`Counter::InflightFull`].
     pub inflight_full: u64,
     /// [`Counter::StatsFull`].
@@ -256,7 +258,6 @@ impl SelfCounters {
                 .unwrap_or(0)
         };
         SelfCounters {
-            untracked_completions: counter(Counter::UntrackedCompletions),
             inflight_full: counter(Counter::InflightFull),
             stats_full: counter(Counter::StatsFull),
             clock_anomalies: counter(Counter::ClockAnomalies),

@@ -11,6 +11,7 @@
 //! | `blkobs_merges_total` | counter | device, op, flags |
 //! | `blkobs_requeues_total` | counter | device, op, flags |
 //! | `blkobs_lost_completions_total` | counter | device, op, flags |
+//! | `blkobs_untracked_completions_total` | counter | device, op, flags |
 //! | `blkobs_slow_requests_total` | counter | device, op, flags |
 //! | `blkobs_oldest_inflight_age_seconds` | gauge | device, stage |
 //! | `blkobs_stall_episodes_total`, `blkobs_stall_seconds_total` | counter | device, kind (device, dispatch) |
@@ -20,7 +21,7 @@
 //! | `blkobs_fs_log_sectors` | gauge (`fslog/metrics.rs`) | device, fs_device, fstype, mountpoint, kind, start |
 //! | `blkobs_fs_log_status` | gauge (`fslog/metrics.rs`), 1 per filesystem | device, fs_device, fstype, mountpoint, status (found, no_journal, unreadable, no_device_node, invalid, external_log_missing, io_error) |
 //! | `blkobs_fs_log_warnings` | gauge (`fslog/metrics.rs`) | |
-//! | `blkobs_untracked_completions_total`, `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info` | self-monitoring | |
+//! | `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info` | self-monitoring | |
 //!
 //! Label `log` is `true` for requests that start inside a filesystem log (journal) range
 //! (`observer_common::class::LOG`, see `crate::fslog`): `{op="write",log="true"}` selects log writes.

@@ -55,7 +55,7 @@ pub struct ClassCounter {
 }
 
 /// The per-class counters, in exposition order.
-pub const CLASS_COUNTERS: [ClassCounter; 6] = [
+pub const CLASS_COUNTERS: [ClassCounter; 7] = [
     ClassCounter {
         desc: class_counter("blkobs_slow_requests_total", "Completed requests over their op's slow threshold (see /stalls)."),
         get: |t| t.slow,
@@ -90,6 +90,14 @@ pub const CLASS_COUNTERS: [ClassCounter; 6] = [
             "Completed requests (included in blkobs_requests_total) whose completion event never reached the programs: no latency or bytes recorded.",
         ),
         get: |t| t.lost,
+        with_zeros: false,
+    },
+    ClassCounter {
+        desc: class_counter(
+            "blkobs_untracked_completions_total",
+            "Final completions of requests never seen entering (in flight before the daemon started), classified by their flags at completion: not in blkobs_requests_total, no latency recorded.",
+        ),
+        get: |t| t.untracked,
         with_zeros: false,
     },
 ];

@@ -1,5 +1,5 @@
 //! The observer's own health: requests it could not track, map fill, build and attach mode.
-//! Declares `blkobs_untracked_completions_total`, `blkobs_dropped_requests_total`,
+//! Declares `blkobs_dropped_requests_total`,
 //! `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`,
 //! `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries`,
 //! `blkobs_map_capacity` and `blkobs_build_info`.
@@ -8,14 +8,6 @@ use prometheus::proto::{MetricFamily, MetricType};
 
 use super::MetricDesc;
 use crate::{bpf::loader::AttachInfo, collect::snapshot::Snapshot};
-
-/// Completions of requests never seen entering.
-pub const UNTRACKED_COMPLETIONS: MetricDesc = MetricDesc {
-    name: "blkobs_untracked_completions_total",
-    help: "Final completions of requests never seen entering (in flight before the daemon started): counted, no latency recorded.",
-    kind: MetricType::COUNTER,
-    labels: &[],
-};
 
 /// Requests or completions lost to a full map, by map.
 pub const DROPPED_REQUESTS: MetricDesc = MetricDesc {
@@ -85,9 +77,6 @@ pub const BUILD_INFO: MetricDesc = MetricDesc {
 pub fn families(s: &Snapshot, info: &AttachInfo) -> Vec<MetricFamily> {
     let c = &s.counters;
     vec![
-        UNTRACKED_COMPLETIONS.family(vec![
-            UNTRACKED_COMPLETIONS.counter(&[], c.untracked_completions as f64)
-        ]),
         DROPPED_REQUESTS.family(vec![
             DROPPED_REQUESTS.counter(&["inflight_map_full"], c.inflight_full as f64),
             DROPPED_REQUESTS.counter(&["stats_map_full"], c.stats_full as f64),
