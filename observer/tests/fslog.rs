@@ -215,7 +215,7 @@ fn ext4_internal_journal() {
     }
     let daemon = Daemon::start(&[]);
     // (mount, device, witness): the mount first, so that it drops (unmounts) before the device.
-    let fss: Vec<(Mount, LoopDev, Vec<(u64, u64)>)> = EXT4_BLOCK_SIZES
+    let fss: Vec<_> = EXT4_BLOCK_SIZES
         .iter()
         .map(|(what, bs)| {
             let dev = LoopDev::new(256, "none");
