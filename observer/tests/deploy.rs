@@ -71,27 +71,6 @@ const RUNC_DEVICES: &[&str] = &[
     "c 10:200 rwm",
 ];
 
-fn disk_gid() -> u32 {
-    let g = std::fs::read_to_string("/etc/group").unwrap();
-    g.lines()
-        .find_map(|l| l.strip_prefix("disk:x:"))
-        .and_then(|r| r.split(':').next())
-        .and_then(|v| v.parse().ok())
-        .expect("group disk in /etc/group")
-}
-
-/// As udev makes block device nodes on a host: root:disk 0660.
-fn udev_perms(path: &str) {
-    let c = std::ffi::CString::new(path).unwrap();
-    // SAFETY: valid C string.
-    assert_eq!(
-        unsafe { libc::chown(c.as_ptr(), 0, disk_gid()) },
-        0,
-        "chown {path}"
-    );
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).unwrap();
-}
-
 fn require(test: &str) -> bool {
     if !require_fslog(test) {
         return false;

@@ -202,88 +202,122 @@ fn xfs_partition_offset_and_external_log() {
     drop((m1, m2));
 }
 
-/// ext4 with internal journals (1 KiB and 4 KiB blocks): ranges equal debugfs's extents of
-/// inode 8; under fsync load jbd2's writes are log writes, data writes are not.
+/// ext4 block sizes the journal tests cover: (name, mkfs.ext4 / mke2fs `-b` value).
+const EXT4_BLOCK_SIZES: [(&str, &str); 2] = [("1k", "1024"), ("4k", "4096")];
+
+/// ext4 with internal journals, 1 KiB and 4 KiB blocks: ranges equal debugfs's extents of
+/// inode 8; under fsync load on each, every write inside the journal (jbd2's among them) is a
+/// log write and every other write is not.
 #[test]
 fn ext4_internal_journal() {
     if !require_fslog("ext4_internal_journal") {
         return;
     }
     let daemon = Daemon::start(&[]);
-    let a = LoopDev::new(256, "none");
-    let b = LoopDev::new(256, "none");
-    let ma = Mount::new(&a, &mkfs_ext4(&["-b", "1024"]));
-    let mb = Mount::new(&b, &mkfs_ext4(&["-b", "4096", "-J", "size=16"]));
-    let wa = ext4_witness(&a.path);
-    let wb = ext4_witness(&b.path);
-    eprintln!("journals: {} {wa:?}, {} {wb:?}", a.name, b.name);
-    wait_ranges(&daemon, &a.name, &wa);
-    wait_ranges(&daemon, &b.name, &wb);
+    // (mount, device, witness): the mount first, so that it drops (unmounts) before the device.
+    let fss: Vec<_> = EXT4_BLOCK_SIZES
+        .iter()
+        .map(|(what, bs)| {
+            let dev = LoopDev::new(256, "none");
+            let mut mkfs = vec!["-b", *bs];
+            if *what == "4k" {
+                mkfs.extend(["-J", "size=16"]);
+            }
+            let m = Mount::new(&dev, &mkfs_ext4(&mkfs));
+            assert_eq!(block_size_ext4(&dev.path).to_string(), *bs);
+            let w = ext4_witness(&dev.path);
+            eprintln!("ext4 {what}: {} journal {w:?}", dev.name);
+            (m, dev, w)
+        })
+        .collect();
+    for (_, dev, w) in &fss {
+        wait_ranges(&daemon, &dev.name, w);
+    }
 
     let n = 300;
-    let seen = witness(&daemon, &[(&a, &wa)], || fsync_files(&ma.dir, n));
-    let s = &seen[0];
-    assert_classified(s, "ext4 1k");
-    assert!(
-        s.traced_in >= n,
-        "{} journal writes for {n} fsyncs",
-        s.traced_in
-    );
-    for e in &s.events {
-        if e.rwbs.contains('W') && e.comm.starts_with("jbd2/") {
-            assert!(
-                in_ranges(&wa, e.sector),
-                "jbd2 write outside the journal: {e:?}"
-            );
-        }
+    for ((what, _), (m, dev, w)) in EXT4_BLOCK_SIZES.iter().zip(&fss) {
+        let seen = witness(&daemon, &[(dev, w)], || fsync_files(&m.dir, n));
+        let s = &seen[0];
+        assert_classified(s, &format!("ext4 {what}"));
+        assert!(
+            s.traced_in >= n,
+            "ext4 {what}: {} journal writes for {n} fsyncs",
+            s.traced_in
+        );
+        let jbd2 = s
+            .events
+            .iter()
+            .filter(|e| e.rwbs.contains('W') && e.comm.starts_with("jbd2/"))
+            .inspect(|e| {
+                assert!(
+                    in_ranges(w, e.sector),
+                    "ext4 {what}: jbd2 write outside the journal: {e:?}"
+                )
+            })
+            .count();
+        assert!(jbd2 > 0, "ext4 {what}: no jbd2 write traced");
+        eprintln!("ext4 {what}: {jbd2} jbd2 writes, all inside {w:?}");
     }
-    drop((ma, mb));
 }
 
-/// ext4 with its journal on an external device (mke2fs -O journal_dev): the device found
-/// through s_journal_dev (checked against s_journal_uuid) is log in its entirety. The daemon
-/// starts after the mount.
+/// ext4 with its journal on an external device (mke2fs -O journal_dev), 1 KiB and 4 KiB blocks:
+/// the device found through s_journal_dev (checked against s_journal_uuid) is log in its
+/// entirety. The daemon starts after the mounts.
 #[test]
 fn ext4_external_journal() {
     if !require_fslog("ext4_external_journal") {
         return;
     }
-    let jdev = LoopDev::new(32, "none");
-    let data = LoopDev::new(256, "none");
-    sh(
-        "mke2fs",
-        &["-q", "-F", "-O", "journal_dev", "-b", "4096", &jdev.path],
-    );
-    let m = Mount::new(
-        &data,
-        &mkfs_ext4(&["-b", "4096", "-J", &format!("device={}", jdev.path)]),
-    );
-    // Started after the mount: the first discovery finds it.
+    // (mount, data device, journal device): the mount drops (unmounts) first.
+    let fss: Vec<(Mount, LoopDev, LoopDev)> = EXT4_BLOCK_SIZES
+        .iter()
+        .map(|(_, bs)| {
+            let jdev = LoopDev::new(32, "none");
+            let data = LoopDev::new(256, "none");
+            sh(
+                "mke2fs",
+                &["-q", "-F", "-O", "journal_dev", "-b", bs, &jdev.path],
+            );
+            let m = Mount::new(
+                &data,
+                &mkfs_ext4(&["-b", bs, "-J", &format!("device={}", jdev.path)]),
+            );
+            assert_eq!(block_size_ext4(&data.path).to_string(), *bs);
+            (m, data, jdev)
+        })
+        .collect();
+    // Started after the mounts: the first discovery finds them.
     let daemon = Daemon::start(&[]);
-    let h = sh("dumpe2fs", &["-h", &data.path]);
-    let jline = h
-        .lines()
-        .find(|l| l.starts_with("Journal device:"))
-        .unwrap_or_else(|| panic!("no external journal:\n{h}"));
-    let (maj, min) = jdev
-        .sysfs("dev")
-        .split_once(':')
-        .map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap()))
-        .unwrap();
-    let want_dev = format!("{:#06x}", (maj << 8) | min);
-    assert!(jline.contains(&want_dev), "{jline} vs {want_dev}");
-    let want = vec![(0, sysfs_u64(&format!("/sys/block/{}/size", jdev.name)))];
-    wait_ranges(&daemon, &jdev.name, &want);
-    wait_ranges(&daemon, &data.name, &[]);
+    for ((what, _), (m, data, jdev)) in EXT4_BLOCK_SIZES.iter().zip(&fss) {
+        let h = sh("dumpe2fs", &["-h", &data.path]);
+        let jline = h
+            .lines()
+            .find(|l| l.starts_with("Journal device:"))
+            .unwrap_or_else(|| panic!("no external journal:\n{h}"));
+        let (maj, min) = jdev
+            .sysfs("dev")
+            .split_once(':')
+            .map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap()))
+            .unwrap();
+        let want_dev = format!("{:#06x}", (maj << 8) | min);
+        assert!(jline.contains(&want_dev), "{jline} vs {want_dev}");
+        let want = vec![(0, sysfs_u64(&format!("/sys/block/{}/size", jdev.name)))];
+        wait_ranges(&daemon, &jdev.name, &want);
+        wait_ranges(&daemon, &data.name, &[]);
+        eprintln!(
+            "ext4 {what}: journal device {} ({jline}) log range {want:?}",
+            jdev.name
+        );
 
-    let n = 200;
-    let seen = witness(&daemon, &[(&jdev, &want), (&data, &[])], || {
-        fsync_files(&m.dir, n)
-    });
-    assert_classified(&seen[0], "external journal");
-    assert_classified(&seen[1], "ext4 data device");
-    assert!(seen[0].traced_in >= n && seen[0].traced_out == 0);
-    assert!(seen[1].log_true == 0.0 && seen[1].traced_out > 0);
+        let n = 200;
+        let seen = witness(&daemon, &[(jdev, &want), (data, &[])], || {
+            fsync_files(&m.dir, n)
+        });
+        assert_classified(&seen[0], &format!("ext4 {what} external journal"));
+        assert_classified(&seen[1], &format!("ext4 {what} data device"));
+        assert!(seen[0].traced_in >= n && seen[0].traced_out == 0);
+        assert!(seen[1].log_true == 0.0 && seen[1].traced_out > 0);
+    }
 }
 
 /// Superblocks that are corrupt (an overwritten XFS magic, a broken ext4 journal inode) are

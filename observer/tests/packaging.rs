@@ -12,6 +12,7 @@ use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
     process::Command,
+    sync::atomic::Ordering,
     time::Duration,
 };
 
@@ -171,9 +172,78 @@ fn unit_syscall_allow_list(unit: &str) -> BTreeSet<String> {
     allow
 }
 
+/// The service manager's end of `NOTIFY_SOCKET`: a datagram socket in `dir` that uid 65534 may
+/// send to, and the messages received so far.
+struct NotifySocket {
+    sock: std::os::unix::net::UnixDatagram,
+    path: PathBuf,
+    seen: Vec<String>,
+}
+
+impl NotifySocket {
+    fn new(dir: &TempDir) -> NotifySocket {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("notify");
+        let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        // Sending to a Unix socket needs write permission on its node.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        NotifySocket {
+            sock,
+            path,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits (≤ 10 s) for a message with the line `line` after the `after`-th message; returns
+    /// the number of messages received by then.
+    fn wait(&mut self, line: &str, after: usize) -> usize {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(i) = self.seen[after.min(self.seen.len())..]
+                .iter()
+                .position(|m| m.lines().any(|l| l == line))
+            {
+                return after + i + 1;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {line} on NOTIFY_SOCKET after message {after}: {:?}",
+                self.seen
+            );
+            if let Ok(n) = self.sock.recv(&mut buf) {
+                self.seen
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        }
+    }
+}
+
+/// The daemon run as the unit runs it (uid/gid 65534, group disk, only CAP_BPF + CAP_PERFMON,
+/// no_new_privs, `--config`, `NOTIFY_SOCKET`), under `strace -f`, doing everything the service
+/// does: readiness, reload and stop notifications; the filesystem-log discovery reading an XFS
+/// superblock mounted (and unmounted) while it runs; every endpoint; ring-buffer events (every
+/// request slow by config, and a write held at a FUSE-backed disk past the stall threshold, so
+/// a stall episode ends too); SIGHUP; SIGTERM. Every syscall in the trace must be allowed by the
+/// unit's SystemCallFilter= and every socket family by RestrictAddressFamilies=.
 #[test]
 fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
-    if !require_root_and(&["systemd-analyze", "strace", "setpriv", "losetup", "dd"]) {
+    if !require_root_and(&[
+        "systemd-analyze",
+        "strace",
+        "setpriv",
+        "losetup",
+        "dd",
+        "mkfs.xfs",
+        "xfs_db",
+        "mount",
+        "umount",
+    ]) || !require(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse missing (modprobe fuse): the held write needs the FUSE-backed disk",
+    ) {
         return;
     }
     let unit = read(UNIT);
@@ -190,26 +260,46 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
 
     let dir = TempDir::new("blkobs-strace");
     let bin = observer_copy_for_any_user(&dir);
-    let dev = LoopDev::kernel_scheduler(32);
+    // XFS goes on this one while the daemon runs. Its node is root:disk 0660 as udev makes it,
+    // and the daemon has group disk (the unit's SupplementaryGroups=disk): the discovery
+    // really opens it and reads the superblock (asserted below through the range it reports).
+    let dev = LoopDev::kernel_scheduler(320);
+    udev_perms(&dev.path);
+    // A write is held here past the stall threshold.
+    let held = SlowDisk::new(16, "none");
     let port = free_port();
+    let config = dir.join("observer.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\n\
+             [devices]\ninclude = [\"{}\", \"{}\"]\n\
+             [stalls]\nepisode = \"250ms\"\n\
+             # every request is slow: each completion is a ring-buffer record\n\
+             slow_default = {{ total = \"1us\" }}\n",
+            dev.name, held.name
+        ),
+    )
+    .unwrap();
+    let mut notify = NotifySocket::new(&dir);
     let trace = dir.join("trace");
     let mut cmd = Command::new("strace");
-    cmd.args(["-f", "-qq", "-o"]).arg(&trace).args([
+    // -y: file descriptors with their paths, to see which device a pread64 read.
+    cmd.args(["-f", "-y", "-qq", "-o"]).arg(&trace).args([
         "setpriv",
         "--reuid=65534",
         "--regid=65534",
-        "--clear-groups",
+        &format!("--groups={}", disk_gid()),
         "--no-new-privs",
         "--inh-caps=-all,+bpf,+perfmon",
         "--ambient-caps=-all,+bpf,+perfmon",
         "--bounding-set=-all,+bpf,+perfmon",
     ]);
-    cmd.arg(&bin).args([
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--device",
-        &dev.name,
-    ]);
+    cmd.arg(&bin).arg("--config").arg(&config);
+    // As the unit's Environment= lines and systemd's Type=notify set them.
+    cmd.env("OBSERVER_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env("NOTIFY_SOCKET", &notify.path);
     let mut strace = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
     let children =
         std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", strace.pid())).unwrap();
@@ -219,22 +309,177 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         .expect("strace has no child")
         .parse()
         .unwrap();
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    let get = |path: &str, want: u16| -> String {
+        let (status, body) = http(&url(path)).unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        assert_eq!(status, want, "GET {path} under strace: {body}");
+        body
+    };
+    let ready = notify.wait("READY=1", 0);
 
-    // Exercise what the service does: serve scrapes under I/O, reload, stop.
-    dev.write_direct(0, 16);
-    let body = http_get(&format!("http://127.0.0.1:{port}/metrics")).unwrap();
+    // Filesystem log discovery: a mount while running; the range found is xfs_db's, which the
+    // daemon can only know from the superblock it read.
+    let mut m = Mount::new(&dev, &["mkfs.xfs", "-q", "-f"]);
+    let (_, daddr, sectors) = xfs_witness(&dev.path);
+    let want = vec![(daddr, daddr + sectors)];
+    wait_ranges(&strace, &dev.name, &want);
+    eprintln!(
+        "under strace, uid 65534 + group disk: {} log range {want:?} read from the XFS superblock",
+        dev.name
+    );
+
+    // I/O: fsync'ed files (data, log writes, flushes) and direct reads of the device.
+    fsync_files(&m.dir, 40);
+    let st = Command::new("dd")
+        .args([
+            "of=/dev/null",
+            "bs=4k",
+            "count=64",
+            "iflag=direct",
+            "status=none",
+        ])
+        .arg(format!("if={}", dev.path))
+        .status()
+        .unwrap();
+    assert!(st.success());
+
+    // A write held at the device past the episode threshold: /inflight and /stalls list it.
+    held.knobs().hold_next.store(true, Ordering::SeqCst);
+    let mut dd = Command::new(named_dd("blkobs-heldwr"))
+        .args([
+            "if=/dev/zero",
+            &format!("of={}", held.path),
+            "bs=4k",
+            "count=1",
+            "seek=3",
+            "oflag=direct",
+            "status=none",
+        ])
+        .spawn()
+        .unwrap();
+    let holding = wait_every(Duration::from_millis(10), Duration::from_secs(10), || {
+        held.knobs().holding()
+    });
+    assert!(holding, "the write never reached the FUSE file");
+    std::thread::sleep(Duration::from_millis(600));
+    let inflight: serde_json::Value =
+        serde_json::from_str(&get(&format!("/inflight?device={}", held.name), 200)).unwrap();
+    assert!(
+        inflight["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["submitter"]["comm"] == "blkobs-heldwr" && r["stage"] == "device"),
+        "{inflight}"
+    );
+    let stalls: serde_json::Value = serde_json::from_str(&get(
+        &format!("/stalls?device={}&format=json", held.name),
+        200,
+    ))
+    .unwrap();
+    assert!(
+        stalls["episodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["ongoing"] == true && e["kind"] == "device"),
+        "no ongoing stall: {stalls}"
+    );
+    let text = get(&format!("/stalls?device={}", held.name), 200);
+    assert!(text.contains("STUCK NOW"), "{text}");
+    held.knobs().release();
+    assert!(dd.wait().unwrap().success());
+
+    // Ring-buffer events: the held write and the episode it caused come back as records, and
+    // so does every request on the XFS disk (slow by config).
+    let records = wait_for(Duration::from_secs(10), || {
+        let v: serde_json::Value = serde_json::from_str(&get(
+            &format!("/stalls?device={}&format=json&limit=100000", held.name),
+            200,
+        ))
+        .unwrap();
+        let slow = v["slow"]
+            .as_array()?
+            .iter()
+            .find(|s| s["submitter"]["comm"] == "blkobs-heldwr")?
+            .clone();
+        let ended = v["episodes"]
+            .as_array()?
+            .iter()
+            .find(|e| e["ongoing"] == false && e["kind"] == "device")?
+            .clone();
+        Some((slow, ended))
+    });
+    let (slow, ended) = records.expect("no slow record of the held write or no ended episode");
+    assert!(
+        slow["device_seconds"].as_f64().unwrap() >= 0.6,
+        "held write: {slow}"
+    );
+    assert!(
+        slow["submitter"]["cgroup"].is_string(),
+        "submitter cgroup not resolved: {slow}"
+    );
+    assert!(
+        ended["duration_seconds"].as_f64().unwrap() >= 0.5,
+        "{ended}"
+    );
+    let xfs_slow: serde_json::Value = serde_json::from_str(&get(
+        &format!("/stalls?device={}&format=json&limit=100000", dev.name),
+        200,
+    ))
+    .unwrap();
+    let xfs_slow = xfs_slow["slow"].as_array().unwrap().len();
+    assert!(xfs_slow >= 40, "{xfs_slow} slow records on {}", dev.name);
+
+    // Every other endpoint, and the error answers.
+    let body = get("/metrics", 200);
     assert!(
         body.contains(&dev.name),
         "device not in metrics under strace"
     );
+    let m1 = Metrics::parse(&body);
+    assert!(
+        m1.sum(
+            "blkobs_requests_total",
+            &[("device", &dev.name), ("op", "write"), ("log", "true")]
+        ) >= 1.0,
+        "no log write classified with the range read under strace"
+    );
+    for path in [
+        "/healthz".to_string(),
+        "/devices".to_string(),
+        "/inflight".to_string(),
+        "/stalls".to_string(),
+        "/stalls?format=json".to_string(),
+        "/histograms".to_string(),
+        format!("/histograms?device={}&since=5m", dev.name),
+        "/openapi.yaml".to_string(),
+    ] {
+        get(&path, 200);
+    }
+    get("/no-such-endpoint", 404);
+    get("/stalls?limit=0", 400);
+
+    // Reload: RELOADING=1, then READY=1 again.
     unsafe { libc::kill(pid, libc::SIGHUP) };
-    std::thread::sleep(Duration::from_millis(500));
-    http_get(&format!("http://127.0.0.1:{port}/metrics")).unwrap();
+    let reloading = notify.wait("RELOADING=1", ready);
+    notify.wait("READY=1", reloading);
+    get("/metrics", 200);
+
+    // Unmount while running: the discovery runs again and the range goes.
+    m.unmount();
+    wait_ranges(&strace, &dev.name, &[]);
+
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let st = strace
         .wait_timeout(Duration::from_secs(30))
         .expect("daemon under strace did not stop");
     assert!(st.success(), "{st}");
+    notify.wait("STOPPING=1", reloading);
+    eprintln!(
+        "under strace: {xfs_slow} slow records on {}, held write {} s at the device, episode {} s; notifications {:?}",
+        dev.name, slow["device_seconds"], ended["duration_seconds"], notify.seen
+    );
 
     let text = std::fs::read_to_string(&trace).unwrap();
     let exec = format!("execve(\"{}\"", bin.display());
@@ -260,6 +505,24 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         used.contains("bpf") && used.contains("accept4"),
         "trace looks incomplete: {used:?}"
     );
+    // The superblock was read by the traced process itself: pread64 on the device node.
+    let read_devices: BTreeSet<&str> = text[start..]
+        .lines()
+        .filter_map(|l| {
+            l.split_once("pread64(")?
+                .1
+                .split_once("</dev/")?
+                .1
+                .split('>')
+                .next()
+        })
+        .collect();
+    eprintln!("block devices read with pread64 under strace: {read_devices:?}");
+    assert!(
+        read_devices.contains(dev.name.as_str()),
+        "no pread64 of /dev/{} in the trace: {read_devices:?}",
+        dev.name
+    );
     let blocked: Vec<_> = used.difference(&allow).collect();
     assert!(
         blocked.is_empty(),
@@ -274,7 +537,7 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         "socket families not in RestrictAddressFamilies={families:?}: {bad:?}"
     );
     eprintln!(
-        "{} syscalls used, all allowed; socket families {socket_families:?}",
+        "{} syscalls used, all allowed; socket families {socket_families:?}: {used:?}",
         used.len()
     );
 }

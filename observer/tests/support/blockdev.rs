@@ -379,3 +379,28 @@ pub fn sfdisk(target: &Path, script: &str) -> bool {
         .unwrap();
     sfdisk.wait().unwrap().success()
 }
+
+/// The gid of group `disk` (from /etc/group), which owns block device nodes on a host with udev.
+pub fn disk_gid() -> u32 {
+    let g = std::fs::read_to_string("/etc/group").unwrap();
+    g.lines()
+        .find_map(|l| l.strip_prefix("disk:x:"))
+        .and_then(|r| r.split(':').next())
+        .and_then(|v| v.parse().ok())
+        .expect("group disk in /etc/group")
+}
+
+/// Gives the device node `path` the owner and mode udev gives block devices on a host
+/// (root:disk 0660; devtmpfs alone makes them root:root 0600), so that a daemon running as the
+/// systemd unit does (uid 65534 + group disk) can open it for reading.
+pub fn udev_perms(path: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let c = std::ffi::CString::new(path).unwrap();
+    // SAFETY: valid C string.
+    assert_eq!(
+        unsafe { libc::chown(c.as_ptr(), 0, disk_gid()) },
+        0,
+        "chown {path}"
+    );
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).unwrap();
+}

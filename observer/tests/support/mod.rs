@@ -5,7 +5,8 @@
 //! - `skip`: the one rule for a test that cannot run here (fails under CI, else skips visibly).
 //! - `process`: tools, commands, child guards, HTTP, polling, temp dirs, BPF ids.
 //! - `daemon`: the observer daemon fixture and its `/devices` answers.
-//! - `blockdev`: loop devices (plain, partitioned, over a file) and null_blk.
+//! - `blockdev`: loop devices (plain, partitioned, over a file) and null_blk; udev's device
+//!   node owner and mode (root:disk 0660).
 //! - `mounts`: filesystems made and mounted.
 //! - `metrics`: the exposition parsed into samples.
 //! - `witness`: /proc/diskstats and the ftrace `block_io_start` witness.
