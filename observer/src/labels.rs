@@ -2,7 +2,7 @@
 //! names, `blk_status_t` → status names, class bits → op/flags/rwbs, stall kinds, task comms.
 //! Used by the exposition, the `/stalls` reports and the histogram windows alike.
 
-use std::path::Path;
+use std::{collections::BTreeMap, path::Path, sync::Mutex};
 
 use observer_common::{
     class::{Class, FLAGS},
@@ -10,19 +10,43 @@ use observer_common::{
 };
 use serde::Serialize;
 
+/// The last name each device number resolved to, for disks that went away: their series keep
+/// their name until [`crate::collect::gone`] forgets them ([`forget_device_name`]).
+static LAST_NAMES: Mutex<BTreeMap<u32, String>> = Mutex::new(BTreeMap::new());
+
 /// The kernel's name for a disk (`vda`, `loop0`, `nvme0n1`), from the `/sys/dev/block/MAJ:MIN`
-/// symlink; `MAJ:MIN` if the device is gone. Looked up on every call, so a device number reused
-/// by a new device is named correctly.
+/// symlink. Looked up on every call, so a device number reused by a new device is named
+/// correctly. For a disk that is gone: the last name it had, or `MAJ:MIN` if it never had one
+/// while the daemon ran (or was forgotten).
 pub fn device_name(dev: u32) -> String {
-    device_name_in(Path::new("/sys/dev/block"), dev)
+    let id = format!("{}:{}", dev_major(dev), dev_minor(dev));
+    let mut last = LAST_NAMES.lock().expect("device names lock");
+    match resolve(Path::new("/sys/dev/block"), &id) {
+        Some(name) => {
+            if last.get(&dev) != Some(&name) {
+                last.insert(dev, name.clone());
+            }
+            name
+        }
+        None => last.get(&dev).cloned().unwrap_or(id),
+    }
 }
 
-fn device_name_in(sys_dev_block: &Path, dev: u32) -> String {
-    let id = format!("{}:{}", dev_major(dev), dev_minor(dev));
-    std::fs::read_link(sys_dev_block.join(&id))
+/// Drops the remembered name of a forgotten device number (see [`device_name`]).
+pub fn forget_device_name(dev: u32) {
+    LAST_NAMES.lock().expect("device names lock").remove(&dev);
+}
+
+fn resolve(sys_dev_block: &Path, id: &str) -> Option<String> {
+    std::fs::read_link(sys_dev_block.join(id))
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or(id)
+}
+
+#[cfg(test)]
+fn device_name_in(sys_dev_block: &Path, dev: u32) -> String {
+    let id = format!("{}:{}", dev_major(dev), dev_minor(dev));
+    resolve(sys_dev_block, &id).unwrap_or(id)
 }
 
 /// Name of a `blk_status_t` (include/linux/blk_types.h), lower case without `BLK_STS_`

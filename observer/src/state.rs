@@ -26,6 +26,8 @@ pub struct ReloadableSettings {
     pub buckets: BucketMap,
     /// Slow and stall thresholds (`[stalls]`; also in the kernel's `SETTINGS` map).
     pub settings: Settings,
+    /// How long a disk that went away keeps its series (`[devices] forget_after`).
+    pub forget_after: std::time::Duration,
 }
 
 /// Everything the handlers and background tasks share, behind one `Arc`.

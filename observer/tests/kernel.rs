@@ -509,3 +509,82 @@ fn unprivileged_start_fails_cleanly() {
     );
     assert_eq!(links(), before);
 }
+
+/// A disk that goes away (a loop device detached and removed) keeps its series for
+/// `[devices] forget_after` (here 3 s), so scrapes see its final counts, then they leave
+/// `/metrics`; the kernel entries are deleted, so a disk created later with the same device
+/// number counts from zero (witness: its own /proc/diskstats delta). The loop devices are made
+/// at a free high index (LOOP_CTL_ADD), which nobody else reuses meanwhile.
+#[test]
+fn gone_disks_leave_metrics_after_forget_after() {
+    if !require_root("gone_disks_leave_metrics_after_forget_after") {
+        return;
+    }
+    let dir = TempDir::new("blkobs-gone");
+    let cfg = dir.join("observer.toml");
+    std::fs::write(&cfg, "[devices]\nforget_after = \"3s\"\n").unwrap();
+    let file = dir.join("disk.img");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let daemon = Daemon::start(&["--config", cfg.to_str().unwrap()]);
+    let (index, dev) = (1700..1740)
+        .find_map(|i| LoopDev::at_index(i, file.clone(), "none").map(|d| (i, d)))
+        .expect("no free loop index in 1700..1740");
+    let name = dev.name.clone();
+    let requests = |d: &Daemon| {
+        let m = d.scrape();
+        (m.select("blkobs_requests_total", &[("device", &name)])
+            .count()
+            > 0)
+        .then(|| m.sum("blkobs_requests_total", &[("device", &name)]))
+    };
+    dev.write_direct(0, 16);
+    quiesce(&name);
+    let total = diskstats(&name);
+    let first = wait_for(Duration::from_secs(5), || {
+        requests(&daemon).filter(|n| *n >= 16.0)
+    })
+    .expect("the writes in /metrics");
+    let ops = |d: &DiskStats| d.reads + d.writes + d.discards + d.flushes;
+    assert_eq!(
+        first,
+        ops(&total) as f64,
+        "{name}: requests vs /proc/diskstats"
+    );
+    drop(dev);
+    let removed = std::time::Instant::now();
+    assert!(
+        !Path::new(&format!("/sys/block/{name}")).exists(),
+        "{name} still exists"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        requests(&daemon),
+        Some(first),
+        "{name}: final counts still exported 1.5 s after it went away"
+    );
+    let gone = wait_for(Duration::from_secs(15), || {
+        requests(&daemon).is_none().then(|| removed.elapsed())
+    })
+    .expect("series of the removed disk never left /metrics");
+    eprintln!("{name}: {first} requests, series removed {gone:?} after the disk went away");
+    assert!(
+        gone >= Duration::from_millis(2900) && gone <= Duration::from_secs(6),
+        "removed after {gone:?}: forget_after is 3 s, checked every second"
+    );
+
+    // The same device number again: counts from zero.
+    let again = LoopDev::at_index(index, file.clone(), "none").expect("re-create the loop device");
+    let d0 = diskstats(&again.name);
+    again.write_direct(0, 4);
+    quiesce(&again.name);
+    let d1 = diskstats(&again.name);
+    let n = wait_for(Duration::from_secs(5), || requests(&daemon)).expect("new disk listed");
+    assert_eq!(
+        n,
+        (ops(&d1) - ops(&d0)) as f64,
+        "{name} re-created: counts from zero, as its diskstats since it was created"
+    );
+}

@@ -2,6 +2,7 @@
 
 use std::sync::Mutex;
 
+use crate::collect::gone::GoneDevices;
 use aya::{
     maps::{
         Array, HashMap, IterableMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf,
@@ -41,6 +42,9 @@ pub struct KernelMaps {
     /// `BIO_QUEUED`: bio address → a bio that entered and has no request yet (`queue_ns` ≠ 0),
     /// or an unused entry; unused ones are deleted by the reaper.
     pub bio_queued: Mutex<HashMap<MapData, u64, BioQueued>>,
+    /// Second handles on `CLASS_STATS` and `ERRORS` that delete the entries of disks gone
+    /// for `[devices] forget_after`.
+    pub gone: Mutex<GoneDevices>,
     /// Capacity of `INFLIGHT` (entries).
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
@@ -64,19 +68,38 @@ impl KernelMaps {
             |name: &'static str| move |e: MapError| load_err(format!("map {name}"))(e.into());
         let inflight: HashMap<MapData, u64, Inflight> =
             HashMap::try_from(take(m::INFLIGHT)?).map_err(conv(m::INFLIGHT))?;
-        // dup(2) the map fd for the reaper: BPF_MAP_GET_FD_BY_ID would need CAP_SYS_ADMIN.
-        let dup = std::os::fd::AsFd::as_fd(IterableMap::map(&inflight).fd())
-            .try_clone_to_owned()
-            .map_err(|e| load_err("map INFLIGHT (dup)")(e.into()))?;
-        let inflight_rw = MapData::from_fd(dup).map_err(conv(m::INFLIGHT))?;
+        // dup(2) a map fd for a second writer: BPF_MAP_GET_FD_BY_ID would need CAP_SYS_ADMIN.
+        let dup = |map: &MapData, name: &'static str| {
+            let fd = std::os::fd::AsFd::as_fd(map.fd())
+                .try_clone_to_owned()
+                .map_err(|e| load_err(format!("map {name} (dup)"))(e.into()))?;
+            MapData::from_fd(fd).map_err(conv(name))
+        };
+        let inflight_rw = dup(IterableMap::map(&inflight), m::INFLIGHT)?;
+        let class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats> =
+            PerCpuHashMap::try_from(take(m::CLASS_STATS)?).map_err(conv(m::CLASS_STATS))?;
+        let errors: PerCpuHashMap<MapData, ErrorKey, u64> =
+            PerCpuHashMap::try_from(take(m::ERRORS)?).map_err(conv(m::ERRORS))?;
+        let gone = GoneDevices::new(
+            PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
+                IterableMap::map(&class_stats),
+                m::CLASS_STATS,
+            )?))
+            .map_err(conv(m::CLASS_STATS))?,
+            PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
+                IterableMap::map(&errors),
+                m::ERRORS,
+            )?))
+            .map_err(conv(m::ERRORS))?,
+        );
         Ok(KernelMaps {
             inflight,
             inflight_rw: Mutex::new(
                 HashMap::try_from(Map::HashMap(inflight_rw)).map_err(conv(m::INFLIGHT))?,
             ),
-            class_stats: PerCpuHashMap::try_from(take(m::CLASS_STATS)?)
-                .map_err(conv(m::CLASS_STATS))?,
-            errors: PerCpuHashMap::try_from(take(m::ERRORS)?).map_err(conv(m::ERRORS))?,
+            class_stats,
+            errors,
+            gone: Mutex::new(gone),
             counters: PerCpuArray::try_from(take(m::COUNTERS)?).map_err(conv(m::COUNTERS))?,
             settings: Mutex::new(Array::try_from(take(m::SETTINGS)?).map_err(conv(m::SETTINGS))?),
             dev_slots: Mutex::new(DevSlots::new(

@@ -39,6 +39,7 @@ mod tests {
         let f = DeviceFilter::new(&Devices {
             include: vec!["loop*".into(), "vda".into()],
             exclude: vec!["loop7".into()],
+            ..Devices::default()
         });
         assert!(f.allows("loop0") && f.allows("vda"));
         assert!(!f.allows("loop7") && !f.allows("nvme0n1"));

@@ -87,14 +87,31 @@ pub struct Config {
     pub stalls: Stalls,
 }
 
-/// `[devices]`: glob patterns on kernel device names (`vda`, `nvme0n1`, `loop0`).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+/// `[devices]`: glob patterns on kernel device names (`vda`, `nvme0n1`, `loop0`), and how long
+/// a disk that went away keeps its series.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Devices {
     /// Only these (empty: all).
     pub include: Vec<String>,
     /// Never these.
     pub exclude: Vec<String>,
+    /// A disk gone from `/sys/dev/block` for this long (e.g. a detached loop device, an
+    /// unplugged disk) has its counters and histograms deleted, so its series leave
+    /// `/metrics`. Default 5 minutes: several scrapes see its final counts first. A disk that
+    /// comes back with the same device number before then keeps counting where it was.
+    #[serde(with = "humantime_serde")]
+    pub forget_after: std::time::Duration,
+}
+
+impl Default for Devices {
+    fn default() -> Self {
+        Devices {
+            include: Vec::new(),
+            exclude: Vec::new(),
+            forget_after: std::time::Duration::from_secs(300),
+        }
+    }
 }
 
 /// `[histogram]`.

@@ -50,6 +50,7 @@ where
             filter: DeviceFilter::new(&cfg.devices),
             buckets: BucketMap::new(&cfg.histogram.buckets),
             settings: cfg.stalls.settings(),
+            forget_after: cfg.devices.forget_after,
         }),
         info: probes.info.clone(),
         reaped: Reaped::default(),
@@ -93,7 +94,7 @@ where
 }
 
 /// Every second ([`devslots::RESCAN_INTERVAL`]): the disks rescanned for per-device slots, the
-/// reaper pass, then a histogram snapshot when one is due (every [`windows::INTERVAL_NS`], and
+/// reaper pass, disks gone for `[devices] forget_after` forgotten, then a histogram snapshot when one is due (every [`windows::INTERVAL_NS`], and
 /// at once at startup).
 fn spawn_reaper_and_windows(st: Arc<AppState>) {
     tokio::spawn(async move {
@@ -115,8 +116,16 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
                     let mut bios = st.maps.bio_queued.lock().expect("BIO_QUEUED lock");
                     reaper::prune_bios(&mut bios, observer_common::maps::BIO_QUEUED_ENTRIES);
                 }
-                let filter = st.runtime.read().expect("runtime lock").filter.clone();
+                let (filter, forget_after) = {
+                    let rt = st.runtime.read().expect("runtime lock");
+                    (rt.filter.clone(), rt.forget_after)
+                };
                 let now = monotonic_ns();
+                st.maps.gone.lock().expect("gone devices lock").sweep(
+                    now,
+                    forget_after,
+                    &st.reaped,
+                );
                 let due = st.windows.lock().expect("windows lock").oldest().is_none()
                     || now % windows::INTERVAL_NS < 1_100_000_000;
                 if due {

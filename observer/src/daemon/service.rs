@@ -154,6 +154,7 @@ where
                 .unwrap_or_else(|p| p.into_inner());
             rt.filter = DeviceFilter::new(&new.devices);
             rt.buckets = BucketMap::new(&new.histogram.buckets);
+            rt.forget_after = new.devices.forget_after;
             rt.settings = settings;
         }
         info!(
