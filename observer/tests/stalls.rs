@@ -70,7 +70,8 @@ fn injected_delay_and_submitter() {
         assert_eq!(w["submitter"]["pid"], pid, "{w}");
         let dev = w["device_seconds"].as_f64().unwrap();
         // Witness 1: the FUSE server's own time for the write at this offset. The device stage
-        // contains it, plus only the loop driver's and FUSE's hand-over (a few ms on a busy box).
+        // contains it, plus only the loop driver's and FUSE's hand-over (a few ms; measured up
+        // to 24 ms while other builds loaded both CPUs).
         let offset = w["sector"].as_u64().unwrap() * 512;
         let server = served
             .iter()
@@ -79,7 +80,7 @@ fn injected_delay_and_submitter() {
             .1
             .as_secs_f64();
         assert!(
-            dev >= server && dev <= server + 0.010,
+            dev >= server && dev <= server + 0.030,
             "device latency {dev} s vs {server} s in the FUSE server"
         );
         let total = w["total_seconds"].as_f64().unwrap();
