@@ -52,6 +52,14 @@ enum Task {
     Vmtest(vm::VmArgs),
     /// Provision, build, then measure tracing overhead with fio (see BENCHMARKS.md). Needs root.
     Bench(bench::BenchArgs),
+    /// Provision, then run the soak test (observer/tests/soak.rs: load, device churn, reloads,
+    /// scrapes; resources and exact counts checked at the end) for this long. The suite runs it
+    /// for 1 minute. Needs root.
+    Soak {
+        /// Duration in minutes.
+        #[arg(long, default_value_t = 10)]
+        minutes: u64,
+    },
 }
 
 fn root() -> PathBuf {
@@ -104,6 +112,20 @@ fn report_skips(log: &Path, allow: bool) -> Result<()> {
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Provision => provision(),
+        Task::Soak { minutes } => {
+            provision()?;
+            run(cargo()
+                .env("BLKOBS_SOAK_SECONDS", (minutes * 60).to_string())
+                .args([
+                    "test",
+                    "-p",
+                    "observer",
+                    "--test",
+                    "soak",
+                    "--",
+                    "--nocapture",
+                ]))
+        }
         Task::Build => {
             provision()?;
             run(cargo().args(["build", "--release", "-p", "observer"]))
