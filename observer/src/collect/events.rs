@@ -16,6 +16,10 @@ pub struct History {
     pub slow_overflow: u64,
     /// Episodes dropped from the history because it was full.
     pub episode_overflow: u64,
+    /// Slow-request records received from the ring buffer, ever.
+    pub slow_received: u64,
+    /// Stall-episode records received (each episode once), ever.
+    pub episodes_received: u64,
     /// (device number, kind) → (episodes, seconds), all ever seen (not bounded by the history).
     pub episode_totals: BTreeMap<(u32, u32), (u64, f64)>,
 }
@@ -30,6 +34,8 @@ impl History {
             cap_episodes,
             slow_overflow: 0,
             episode_overflow: 0,
+            slow_received: 0,
+            episodes_received: 0,
             episode_totals: BTreeMap::new(),
         }
     }
@@ -48,6 +54,7 @@ impl History {
             {
                 // SAFETY: length checked; SlowEvent is repr(C) plain data.
                 let ev: SlowEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+                self.slow_received += 1;
                 if self.slow.len() == self.cap_slow {
                     self.slow.pop_front();
                     self.slow_overflow += 1;
@@ -69,6 +76,7 @@ impl History {
                 {
                     return;
                 }
+                self.episodes_received += 1;
                 let t = self.episode_totals.entry((ev.dev, ev.stall)).or_default();
                 t.0 += 1;
                 t.1 += (ev.end_ns - ev.start_ns) as f64 * 1e-9;

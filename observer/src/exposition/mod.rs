@@ -15,6 +15,7 @@
 //! | `blkobs_slow_requests_total` | counter | device, op, flags |
 //! | `blkobs_oldest_inflight_age_seconds` | gauge | device, stage |
 //! | `blkobs_stall_episodes_total`, `blkobs_stall_seconds_total` | counter | device, kind (device, dispatch) |
+//! | `blkobs_events_received_total` | counter | kind |
 //! | `blkobs_events_dropped_total` | counter | reason |
 //! | `blkobs_request_errors_total` | counter | device, op, status |
 //! | `blkobs_inflight_requests` | gauge | device, stage (queue, device) |

@@ -1,5 +1,6 @@
 //! Stall episodes and lost stall/slow records. Declares `blkobs_stall_episodes_total`,
-//! `blkobs_stall_seconds_total` and `blkobs_events_dropped_total`.
+//! `blkobs_stall_seconds_total`, `blkobs_events_received_total` and
+//! `blkobs_events_dropped_total`.
 
 use std::collections::BTreeMap;
 
@@ -26,6 +27,14 @@ pub const STALL_SECONDS: MetricDesc = MetricDesc {
     help: "Total length of ended stall episodes.",
     kind: MetricType::COUNTER,
     labels: &["device", "kind"],
+};
+
+/// Slow-request and stall records received from the kernel, by kind.
+pub const EVENTS_RECEIVED: MetricDesc = MetricDesc {
+    name: "blkobs_events_received_total",
+    help: "Records received from the kernel's ring buffer: kind=slow_request (one per slow completion, also counted in blkobs_slow_requests_total) or stall_episode (one per ended episode).",
+    kind: MetricType::COUNTER,
+    labels: &["kind"],
 };
 
 /// Slow-request and stall records lost, by where.
@@ -60,7 +69,7 @@ fn episode_totals<'a>(
     totals
 }
 
-/// The three families.
+/// The four families.
 pub fn families(s: &Snapshot, history: &History, filter: &DeviceFilter) -> Vec<MetricFamily> {
     let (mut episodes, mut seconds) = (Vec::new(), Vec::new());
     for ((dev, kind), (n, secs)) in &episode_totals(s, history, filter) {
@@ -74,9 +83,14 @@ pub fn families(s: &Snapshot, history: &History, filter: &DeviceFilter) -> Vec<M
             (history.slow_overflow + history.episode_overflow) as f64,
         ),
     ];
+    let received = vec![
+        EVENTS_RECEIVED.counter(&["slow_request"], history.slow_received as f64),
+        EVENTS_RECEIVED.counter(&["stall_episode"], history.episodes_received as f64),
+    ];
     vec![
         STALL_EPISODES.family(episodes),
         STALL_SECONDS.family(seconds),
+        EVENTS_RECEIVED.family(received),
         EVENTS_DROPPED.family(dropped),
     ]
 }
