@@ -24,6 +24,8 @@
 //! ```
 
 mod filter;
+#[cfg(test)]
+mod fuzz;
 mod stalls;
 
 pub use filter::DeviceFilter;
