@@ -241,8 +241,10 @@ fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
     );
     assert!(q_reads > 0.0);
 
-    // 4. Time witness: diskstats' ms spent on reads/writes vs our total-stage sums. The kernel
-    //    starts its clock at request allocation, slightly before block_io_start.
+    // 4. Time witness: diskstats' time spent on reads vs our total-stage sums. The kernel
+    //    starts its clock at request allocation; our total starts earlier, when the first bio
+    //    entered (block_bio_queue), so ours is the same or slightly more (measured +0.4 % to
+    //    +1.7 %).
     let our_read_s = after.sum(
         "blkobs_request_latency_seconds_sum",
         &[("device", n), ("op", "read"), ("stage", "total")],
@@ -253,7 +255,7 @@ fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
     let ks_read_s = delta(|s| s.read_ms) / 1000.0;
     eprintln!("[{scheduler}] read time: diskstats {ks_read_s:.3} s, observer {our_read_s:.3} s");
     assert!(
-        our_read_s <= ks_read_s * 1.05 + 0.02 && our_read_s >= ks_read_s * 0.7 - 0.02,
+        our_read_s <= ks_read_s * 1.05 + 0.02 && our_read_s >= ks_read_s * 0.98 - 0.01,
         "read time {our_read_s} s vs diskstats {ks_read_s} s"
     );
 
