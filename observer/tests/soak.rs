@@ -9,7 +9,8 @@
 //! Asserted at the end: completed requests per op equal /proc/diskstats deltas on the
 //! survivors, none untracked there and every lost completion explained (support/witness.rs,
 //! `Pid1Completions`); every scrape and poll answered 200; RSS within 5 % between the end of
-//! warm-up (a third of the run, at most 2 minutes) and the end, open fds and threads the same;
+//! warm-up (a third of the run, at most 2 minutes) and the end, open fds and threads within the
+//! jitter of what is in flight (+4, +2);
 //! churned disks that went away have left `/metrics` (`forget_after` = 2 s); at least 50 churn
 //! cycles. Then SIGTERM: exit 0 and every BPF program, map and link the daemon held (ids from
 //! its /proc fdinfo) gone; the same after `kill -9`; and a restart comes up healthy.
@@ -347,10 +348,15 @@ fn soak_under_load_churn_reloads_and_scrapes() {
         lingering.is_empty(),
         "series of detached disks still in /metrics after forget_after: {lingering:?}"
     );
-    assert_eq!(
-        (warm.1, warm.2),
-        (end.1, end.2),
-        "threads and open fds after warm-up vs end"
+    // Threads and fds vary by a few with what is in flight at the instant (tokio's blocking
+    // threads live 10 s after use, each open HTTP connection is an fd): a leak grows beyond that.
+    assert!(
+        end.1 <= warm.1 + 2 && end.2 <= warm.2 + 4,
+        "threads {} -> {}, open fds {} -> {} after warm-up",
+        warm.1,
+        end.1,
+        warm.2,
+        end.2
     );
     assert!(
         (end.0 as f64) <= warm.0 as f64 * 1.05,
