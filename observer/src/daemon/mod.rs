@@ -131,6 +131,12 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
                 if due {
                     let snap = Snapshot::read(&st.maps, &st.reaped, &filter);
                     st.windows.lock().expect("windows lock").record(now, &snap);
+                    drop(snap);
+                    // Scrapes and snapshots allocate and free megabytes on several threads;
+                    // give glibc's freed arena memory back every 10 s so RSS tracks what is
+                    // kept, not the high-water mark of each thread's arena.
+                    // SAFETY: malloc_trim only releases free heap memory.
+                    unsafe { libc::malloc_trim(0) };
                 }
             })
             .await;
