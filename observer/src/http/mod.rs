@@ -1,10 +1,11 @@
 //! The HTTP layer: the router and one file per endpoint, with their query parameters parsed in
-//! [`params`]. `/metrics` (Prometheus text format), `/healthz`, `/stalls`, `/inflight`,
-//! `/histograms`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this module.
+//! [`params`]. `/` (an HTML page linking the others), `/metrics` (Prometheus text format),
+//! `/healthz`, `/stalls`, `/inflight`, `/histograms`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this module.
 
 pub mod devices;
 pub mod histograms;
 pub mod inflight;
+pub mod landing;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
@@ -20,6 +21,7 @@ use crate::state::AppState;
 /// listing the endpoints.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
+        .route("/", get(landing::get_landing))
         .route("/metrics", get(metrics::get_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/stalls", get(stalls::get_stalls))
@@ -31,7 +33,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             (
                 StatusCode::NOT_FOUND,
                 axum::Json(serde_json::json!({
-                    "error": "not found: try /metrics, /stalls, /inflight, /histograms, /devices, /openapi.yaml",
+                    "error": "not found: try /, /metrics, /healthz, /stalls, /inflight, /histograms, /devices, /openapi.yaml",
                 })),
             )
         })
