@@ -13,7 +13,7 @@ use crate::{
         windows::HistogramWindows,
     },
     config::DeviceFilter,
-    exposition::BucketMap,
+    exposition::{BucketMap, ProcessMetrics},
     fslog::FsLogState,
 };
 
@@ -46,4 +46,6 @@ pub struct AppState {
     pub windows: Mutex<HistogramWindows>,
     /// The last filesystem log discovery (see [`crate::fslog`]).
     pub fslog: Arc<FsLogState>,
+    /// The standard `process_*` metrics of the daemon itself.
+    pub process: ProcessMetrics,
 }

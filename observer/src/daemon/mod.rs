@@ -18,7 +18,7 @@ use crate::{
         windows::{self, HistogramWindows},
     },
     config::{Config, ConfigError, DeviceFilter},
-    exposition::BucketMap,
+    exposition::{BucketMap, ProcessMetrics},
     fslog, http,
     state::{AppState, ReloadableSettings},
     time::monotonic_ns,
@@ -60,6 +60,7 @@ where
         )),
         windows: Mutex::new(HistogramWindows::default()),
         fslog: Arc::default(),
+        process: ProcessMetrics::new(),
     });
     spawn_reaper_and_windows(state.clone());
     spawn_event_reader(state.clone())?;
