@@ -6,7 +6,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use observer_common::maps::Settings;
 
 use crate::{
-    bpf::{loader::AttachInfo, maps::KernelMaps},
+    bpf::{
+        loader::{AttachInfo, Probes},
+        maps::KernelMaps,
+    },
     collect::{
         events::History,
         reaper::{Reaped, Reaper},
@@ -48,4 +51,23 @@ pub struct AppState {
     pub fslog: Arc<FsLogState>,
     /// The standard `process_*` metrics of the daemon itself.
     pub process: ProcessMetrics,
+    /// The attached programs (their run counters are read at each scrape). Taken and dropped at
+    /// shutdown, which detaches them.
+    pub programs: Mutex<Option<Probes>>,
+}
+
+impl AppState {
+    /// Run counters of every program the daemon loaded (attached ones and the reaper's probe),
+    /// as far as they are worth exporting ([`crate::bpf::progstats::exported`]).
+    pub fn program_runs(&self) -> Vec<crate::bpf::progstats::ProgramRun> {
+        let mut runs = self
+            .programs
+            .lock()
+            .expect("programs lock")
+            .as_ref()
+            .map(Probes::program_runs)
+            .unwrap_or_default();
+        runs.extend(self.reaper.lock().expect("reaper lock").program_runs());
+        crate::bpf::progstats::exported(runs, crate::bpf::progstats::stats_enabled())
+    }
 }

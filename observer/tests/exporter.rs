@@ -105,3 +105,98 @@ fn process_metrics_are_sane() {
         ticks / tck
     );
 }
+
+/// Runs and run time of the programs whose name starts with `prefix` (all variants: `tp_btf`,
+/// `_raw`, `_q`).
+fn program_cost(m: &Metrics, prefix: &str) -> (f64, f64) {
+    let sum = |name: &str| {
+        m.select(name, &[])
+            .filter(|s| s.labels["program"].starts_with(prefix))
+            .map(|s| s.value)
+            .sum::<f64>()
+    };
+    (
+        sum("blkobs_bpf_program_runs_total"),
+        sum("blkobs_bpf_program_run_seconds_total"),
+    )
+}
+
+/// With `kernel.bpf_stats_enabled=1` every program the daemon loaded is listed, and the
+/// completion program's runs grow by at least the completions /proc/diskstats counts on a loop
+/// device (it runs for every disk on the host, and for partial completions too), with run time
+/// > 0. With the sysctl at 0 (checked only when it was 0 before the test: others on this host
+/// may be using the statistics) nothing is exported. The old value is restored.
+#[test]
+fn bpf_program_cost_counts_every_completion() {
+    if !require_root("bpf_program_cost_counts_every_completion") {
+        return;
+    }
+    let stats = Sysctl::set("kernel.bpf_stats_enabled", "0");
+    let was_off = stats.old == "0";
+    if !was_off {
+        stats.write("1");
+    }
+    let daemon = Daemon::start(&[]);
+    if was_off {
+        let m = daemon.scrape();
+        assert_eq!(
+            m.select("blkobs_bpf_program_runs_total", &[]).count()
+                + m.select("blkobs_bpf_program_run_seconds_total", &[])
+                    .count(),
+            0,
+            "exported with kernel.bpf_stats_enabled=0"
+        );
+        stats.write("1");
+    } else {
+        eprintln!("kernel.bpf_stats_enabled was 1 already: the disabled case is not checked");
+    }
+    let dev = LoopDev::new(64, "none");
+    quiesce(&dev.name);
+
+    let m0 = daemon.scrape();
+    let programs: Vec<String> = m0
+        .select("blkobs_bpf_program_runs_total", &[])
+        .map(|s| s.labels["program"].clone())
+        .collect();
+    eprintln!("programs: {programs:?}");
+    // 8 lifecycle tracepoints + the entry point, and the reaper's probe.
+    assert!(programs.len() >= 10, "{programs:?}");
+    assert!(programs.iter().any(|p| p == "rq_state"), "{programs:?}");
+    let (runs0, secs0) = program_cost(&m0, "rq_complete");
+    let d0 = diskstats(&dev.name);
+    dev.write_direct(0, 3000);
+    let read = std::process::Command::new("dd")
+        .args([
+            "of=/dev/null",
+            "bs=4k",
+            "count=1000",
+            "iflag=direct",
+            "status=none",
+        ])
+        .arg(format!("if={}", dev.path))
+        .status()
+        .unwrap();
+    assert!(read.success());
+    quiesce(&dev.name);
+    let d1 = diskstats(&dev.name);
+    let m1 = daemon.scrape();
+    let (runs1, secs1) = program_cost(&m1, "rq_complete");
+    let completions = (d1.reads + d1.writes + d1.discards + d1.flushes)
+        - (d0.reads + d0.writes + d0.discards + d0.flushes);
+    let (runs, secs) = (runs1 - runs0, secs1 - secs0);
+    eprintln!(
+        "{completions} completions on {} (diskstats); rq_complete ran {runs} times in {secs:.6} s ({:.0} ns per run)",
+        dev.name,
+        secs / runs * 1e9
+    );
+    assert!(completions >= 4000, "{completions}");
+    assert!(
+        runs >= completions as f64,
+        "{runs} runs < {completions} completions"
+    );
+    assert!(secs > 0.0, "run time {secs}");
+    let (all_runs, all_secs) = program_cost(&m1, "");
+    eprintln!("all programs: {all_runs} runs, {all_secs:.6} s");
+    drop(daemon);
+    drop(stats);
+}

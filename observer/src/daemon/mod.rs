@@ -61,6 +61,8 @@ where
         windows: Mutex::new(HistogramWindows::default()),
         fslog: Arc::default(),
         process: ProcessMetrics::new(),
+        // Last: the fields above read from `probes` first.
+        programs: Mutex::new(Some(probes)),
     });
     spawn_reaper_and_windows(state.clone());
     spawn_event_reader(state.clone())?;
@@ -84,11 +86,11 @@ where
     info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
     service::spawn_reload_on_sighup(service::Reloader::new(reload, state.clone(), cfg.clone()))?;
     service::notify_ready(&format!("serving on {}", listener.local_addr()?));
-    axum::serve(listener, http::router(state))
+    axum::serve(listener, http::router(state.clone()))
         .with_graceful_shutdown(shutdown())
         .await
         .context("HTTP server")?;
-    drop(probes);
+    drop(state.programs.lock().expect("programs lock").take());
     info!("stopped; eBPF programs detached");
     Ok(())
 }

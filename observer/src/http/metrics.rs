@@ -1,5 +1,5 @@
 //! `GET /metrics`: the Prometheus text format of a fresh snapshot, the stall history, the
-//! filesystem log discovery and the standard `process_*` metrics.
+//! filesystem log discovery, the programs' own cost and the standard `process_*` metrics.
 
 use std::sync::Arc;
 
@@ -20,6 +20,7 @@ pub async fn get_metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
         let history = st.history.lock().expect("history lock");
         exposition::render(&snap, &history, &rt.buckets, &st.info, &rt.filter)
             + &fslog::render_metrics(&st.fslog.get())
+            + &exposition::encode(exposition::bpfcost::families(&st.program_runs()))
             + &exposition::encode(st.process.families())
     })
     .await;
