@@ -123,8 +123,8 @@ fn program_cost(m: &Metrics, prefix: &str) -> (f64, f64) {
 
 /// With `kernel.bpf_stats_enabled=1` every program the daemon loaded is listed, and the
 /// completion program's runs grow by at least the completions /proc/diskstats counts on a loop
-/// device (it runs for every disk on the host, and for partial completions too), with run time
-/// > 0. With the sysctl at 0 (checked only when it was 0 before the test: others on this host
+/// device (it runs for every disk on the host, and for partial completions too), with a
+/// positive run time. With the sysctl at 0 (checked only when it was 0 before the test: others on this host
 /// may be using the statistics) nothing is exported. The old value is restored.
 #[test]
 fn bpf_program_cost_counts_every_completion() {
