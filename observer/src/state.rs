@@ -16,6 +16,7 @@ use crate::{
         windows::HistogramWindows,
     },
     config::DeviceFilter,
+    disks::KnownDisks,
     exposition::{BucketMap, ProcessMetrics},
     fslog::FsLogState,
 };
@@ -49,6 +50,8 @@ pub struct AppState {
     pub windows: Mutex<HistogramWindows>,
     /// The last filesystem log discovery (see [`crate::fslog`]).
     pub fslog: Arc<FsLogState>,
+    /// The disks that exist or existed while the daemon ran (what `device=` accepts).
+    pub disks: KnownDisks,
     /// The standard `process_*` metrics of the daemon itself.
     pub process: ProcessMetrics,
     /// The attached programs (their run counters are read at each scrape). Taken and dropped at

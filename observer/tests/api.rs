@@ -52,3 +52,165 @@ fn landing_page_links_every_endpoint() {
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("try /,"), "{body}");
 }
+
+/// A loop index nobody uses (no `/sys/block/loopN`), from 7000 up.
+fn free_loop_index() -> u32 {
+    (7000..8000)
+        .find(|i| !std::path::Path::new(&format!("/sys/block/loop{i}")).exists())
+        .expect("a free loop index below 8000")
+}
+
+/// Every endpoint rejects, per parameter, bad values (400), parameters it does not take (400),
+/// repeated ones (400) and devices that are not disks it has seen (404), each error naming the
+/// parameter; a disk that existed while the daemon ran stays accepted after it is gone.
+#[test]
+fn api_rejects_bad_unknown_and_repeated_parameters() {
+    if !require_root("api_rejects_bad_unknown_and_repeated_parameters") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let disk = LoopDev::partitioned(64, "none", "label: dos\nstart=2048, size=65536\n");
+    let d = disk.name.clone();
+    let part = disk.part(1).trim_start_matches("/dev/").to_string();
+    let majmin = disk.sysfs("dev");
+    // A disk that exists while the daemon sees it, then goes away (LOOP_CTL_REMOVE).
+    let gone = {
+        let file = std::path::PathBuf::from(format!("/dev/shm/{}.img", unique("blkobs-api")));
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(16 << 20)
+            .unwrap();
+        let index = free_loop_index();
+        let dev =
+            LoopDev::at_index(index, file.clone(), "none").expect("loop device at a free index");
+        let name = dev.name.clone();
+        // The daemon rescans /sys/block every second.
+        std::thread::sleep(Duration::from_millis(2500));
+        drop(dev);
+        let _ = std::fs::remove_file(&file);
+        assert!(
+            !std::path::Path::new(&format!("/sys/block/{name}")).exists(),
+            "{name} still exists"
+        );
+        name
+    };
+
+    let cases: Vec<(String, u16, &str)> = [
+        // /stalls: device, since, min, limit, format.
+        ("/stalls?since=bogus", 400, "since"),
+        ("/stalls?since=-5s", 400, "since"),
+        ("/stalls?since=5", 400, "since"),
+        ("/stalls?since=1s&since=2s", 400, "since"),
+        ("/stalls?min=fast", 400, "min"),
+        ("/stalls?min=-1ms", 400, "min"),
+        ("/stalls?min=1ms&min=2ms", 400, "min"),
+        ("/stalls?limit=0", 400, "limit"),
+        ("/stalls?limit=abc", 400, "limit"),
+        ("/stalls?limit=100001", 400, "limit"),
+        ("/stalls?limit=", 400, "limit"),
+        ("/stalls?limit=5&limit=6", 400, "limit"),
+        ("/stalls?limit=5&limit=5", 400, "limit"),
+        ("/stalls?format=xml", 400, "format"),
+        ("/stalls?format=json&format=text", 400, "format"),
+        ("/stalls?device=", 400, "device"),
+        ("/stalls?device=a%2Fb", 400, "device"),
+        ("/stalls?device=..", 400, "device"),
+        ("/stalls?device=sdzz9", 404, "device"),
+        ("/stalls?device=DISK&device=DISK", 400, "device"),
+        ("/stalls?device=PART", 404, "device"),
+        ("/stalls?what=1", 400, "what"),
+        ("/stalls?limit=5&bogus", 400, "bogus"),
+        // /inflight: device, min, limit.
+        ("/inflight?since=1s", 400, "since"),
+        ("/inflight?format=json", 400, "format"),
+        ("/inflight?min=1x", 400, "min"),
+        ("/inflight?min=1ms&min=1ms", 400, "min"),
+        ("/inflight?limit=0", 400, "limit"),
+        ("/inflight?limit=abc", 400, "limit"),
+        ("/inflight?limit=100001", 400, "limit"),
+        ("/inflight?limit=5&limit=6", 400, "limit"),
+        ("/inflight?device=", 400, "device"),
+        ("/inflight?device=sdzz9", 404, "device"),
+        ("/inflight?device=PART", 404, "device"),
+        ("/inflight?device=DISK&device=sdzz9", 400, "device"),
+        ("/inflight?bogus=1", 400, "bogus"),
+        // /histograms: device, since.
+        ("/histograms?limit=5", 400, "limit"),
+        ("/histograms?min=1ms", 400, "min"),
+        ("/histograms?format=json", 400, "format"),
+        ("/histograms?since=2%20h", 400, "since"),
+        ("/histograms?since=1m&since=1m", 400, "since"),
+        ("/histograms?device=sdzz9", 404, "device"),
+        ("/histograms?device=PART", 404, "device"),
+        ("/histograms?device=DISK&device=DISK", 400, "device"),
+        ("/histograms?bogus=1", 400, "bogus"),
+        // Endpoints without parameters.
+        ("/devices?bogus=1", 400, "bogus"),
+        ("/devices?device=DISK", 400, "device"),
+        ("/metrics?collect%5B%5D=x", 400, "collect[]"),
+        ("/healthz?x", 400, "x"),
+        ("/openapi.yaml?x=1", 400, "x"),
+        ("/?x=1", 400, "x"),
+    ]
+    .into_iter()
+    .map(|(p, s, k)| (p.replace("DISK", &d).replace("PART", &part), s, k))
+    .collect();
+    for (path, want, param) in &cases {
+        let (status, body) = daemon.get(path).unwrap();
+        assert_eq!(status, *want, "{path}: {body}");
+        let v: serde_json::Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+        assert_eq!(v["parameter"], *param, "{path}: {body}");
+        assert!(v["error"].as_str().unwrap().len() > 10, "{path}: {body}");
+    }
+    eprintln!("{} rejected requests checked", cases.len());
+    // What the errors say.
+    let (_, body) = daemon.get(&format!("/stalls?device={part}")).unwrap();
+    assert!(
+        body.contains(&format!("device={d}")),
+        "partition error names its disk: {body}"
+    );
+    let (_, body) = daemon.get("/stalls?device=sdzz9").unwrap();
+    assert!(body.contains("GET /devices"), "{body}");
+    let (_, body) = daemon.get("/inflight?since=1s").unwrap();
+    assert!(body.contains("accepted: device, min, limit"), "{body}");
+    let (_, body) = daemon.get("/stalls?limit=5&limit=6").unwrap();
+    assert!(body.contains("more than once"), "{body}");
+
+    // Accepted: every parameter of every endpoint, the disk by name, by MAJ:MIN, and one gone.
+    for path in [
+        "/stalls".to_string(),
+        "/stalls?".into(),
+        format!("/stalls?device={d}&since=30s&min=1ms&limit=5&format=json"),
+        "/stalls?since=1764450000&min=1ms&limit=3".into(),
+        format!("/stalls?device={majmin}"),
+        format!("/stalls?device={gone}&format=json"),
+        format!("/inflight?device={d}&min=1ms&limit=5"),
+        format!("/inflight?device={gone}"),
+        format!("/histograms?device={d}&since=1m"),
+        format!("/histograms?device={gone}"),
+        "/devices".into(),
+        "/metrics".into(),
+        "/healthz".into(),
+        "/openapi.yaml".into(),
+        "/".into(),
+    ] {
+        let (status, body) = daemon.get(&path).unwrap();
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    let (_, body) = daemon
+        .get("/stalls?since=1764450000&min=1ms&limit=3")
+        .unwrap();
+    assert!(body.contains("STUCK NOW"));
+    let r = ureq::get(&format!("http://{}/stalls", daemon.addr))
+        .set("Accept", "application/json")
+        .call()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&r.into_string().unwrap()).unwrap();
+    assert!(v["slow"].is_array() && v["stuck"].is_array() && v["episodes"].is_array());
+    let (status, spec) = daemon.get("/openapi.yaml").unwrap();
+    assert_eq!(status, 200);
+    assert!(spec.starts_with("openapi: 3"));
+    let (status, _) = daemon.get("/no/such/path").unwrap();
+    assert_eq!(status, 404);
+}

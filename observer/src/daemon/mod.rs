@@ -18,6 +18,7 @@ use crate::{
         windows::{self, HistogramWindows},
     },
     config::{Config, ConfigError, DeviceFilter},
+    disks::KnownDisks,
     exposition::{BucketMap, ProcessMetrics},
     fslog, http,
     state::{AppState, ReloadableSettings},
@@ -60,10 +61,12 @@ where
         )),
         windows: Mutex::new(HistogramWindows::default()),
         fslog: Arc::default(),
+        disks: KnownDisks::default(),
         process: ProcessMetrics::new(),
         // Last: the fields above read from `probes` first.
         programs: Mutex::new(Some(probes)),
     });
+    state.disks.rescan();
     spawn_reaper_and_windows(state.clone());
     spawn_event_reader(state.clone())?;
     let fslog_state = state.clone();
@@ -95,7 +98,8 @@ where
     Ok(())
 }
 
-/// Every second ([`devslots::RESCAN_INTERVAL`]): the disks rescanned for per-device slots, the
+/// Every second ([`devslots::RESCAN_INTERVAL`]): the disks rescanned for per-device slots and
+/// for the API's known disks, the
 /// reaper pass, then a histogram snapshot when one is due (every [`windows::INTERVAL_NS`], and
 /// at once at startup).
 fn spawn_reaper_and_windows(st: Arc<AppState>) {
@@ -106,6 +110,7 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
             let st = st.clone();
             let _ = tokio::task::spawn_blocking(move || {
                 st.maps.dev_slots.lock().expect("dev slots lock").rescan();
+                st.disks.rescan();
                 {
                     let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
                     st.reaper.lock().expect("reaper lock").reap(

@@ -6,6 +6,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
+use super::params::NoParams;
+
 /// The endpoints the page lists: (path relative to the page, what it is).
 pub const ENDPOINTS: &[(&str, &str)] = &[
     ("metrics", "Prometheus metrics (text exposition format)"),
@@ -50,7 +52,7 @@ pub fn page() -> String {
 }
 
 /// The handler: the page as `text/html`.
-pub async fn get_landing() -> Response {
+pub async fn get_landing(_: NoParams) -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page()).into_response()
 }
 

@@ -9,11 +9,12 @@ use axum::{
     response::IntoResponse,
 };
 
+use super::params::NoParams;
 use crate::{collect::snapshot::Snapshot, exposition, fslog, state::AppState};
 
 /// The handler: reads the maps off the async workers (map reads are syscalls); 500 if that
 /// task fails.
-pub async fn get_metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+pub async fn get_metrics(State(st): State<Arc<AppState>>, _: NoParams) -> impl IntoResponse {
     let body = tokio::task::spawn_blocking(move || {
         let rt = st.runtime.read().expect("runtime lock").clone();
         let snap = Snapshot::read(&st.maps, &st.reaped, &rt.filter);

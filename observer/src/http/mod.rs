@@ -18,12 +18,13 @@ use axum::{http::StatusCode, routing::get, Router};
 use crate::state::AppState;
 
 /// Every route, with `state` shared by the handlers; unknown paths get 404 with a JSON error
-/// listing the endpoints.
+/// listing the endpoints. Every endpoint rejects query parameters it does not take, and repeated
+/// ones, with 400 ([`params`]).
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/", get(landing::get_landing))
         .route("/metrics", get(metrics::get_metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(|_: params::NoParams| async { "ok\n" }))
         .route("/stalls", get(stalls::get_stalls))
         .route("/inflight", get(inflight::get_inflight))
         .route("/histograms", get(histograms::get_histograms))
