@@ -4,7 +4,15 @@
 
 mod support;
 
-use std::time::Duration;
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
 
 use support::*;
 
@@ -213,4 +221,208 @@ fn api_rejects_bad_unknown_and_repeated_parameters() {
     assert!(spec.starts_with("openapi: 3"));
     let (status, _) = daemon.get("/no/such/path").unwrap();
     assert_eq!(status, 404);
+}
+
+/// Whether the server has closed `s`: EOF, a reset, or a response followed by EOF, within
+/// `within`.
+fn closed_by_server(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    }
+}
+
+/// GET `path` on a fresh connection; (status, elapsed).
+fn timed_get(d: &Daemon, path: &str) -> (u16, Duration) {
+    let t = Instant::now();
+    let (status, _) = d.get(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    (status, t.elapsed())
+}
+
+/// 500 idle connections and 8 slowloris clients (a request header sent one byte every 200 ms)
+/// held open, with the default connection cap (512): `/metrics` still answers within 1 s, and
+/// the server closes every one of them once the header read timeout (here 3 s) has passed
+/// since it connected — the slowloris clients too, although they keep sending.
+#[test]
+fn idle_and_slowloris_clients_do_not_block_scrapes() {
+    if !require_root("idle_and_slowloris_clients_do_not_block_scrapes") {
+        return;
+    }
+    const IDLE: usize = 500;
+    const SLOW: usize = 8;
+    let timeout = Duration::from_secs(3);
+    let daemon = Daemon::start(&["--header-read-timeout", "3s"]);
+    let addr = daemon.addr.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow: Vec<_> = (0..SLOW)
+        .map(|i| {
+            let (addr, stop) = (addr.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&addr).unwrap();
+                let t = Instant::now();
+                let head = format!("GET /metrics HTTP/1.1\r\nHost: slowloris-{i}\r\nX-Slow: ");
+                for b in head.bytes().chain(std::iter::repeat(b'a')) {
+                    if stop.load(Ordering::Relaxed) || t.elapsed() > Duration::from_secs(20) {
+                        return None;
+                    }
+                    if s.write_all(&[b]).is_err() {
+                        return Some(t.elapsed());
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                unreachable!()
+            })
+        })
+        .collect();
+    let t_idle = Instant::now();
+    let mut idle: Vec<TcpStream> = (0..IDLE)
+        .map(|_| TcpStream::connect(&addr).expect("idle connection"))
+        .collect();
+    let opened = t_idle.elapsed();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let mut worst = Duration::ZERO;
+    for _ in 0..5 {
+        let (status, took) = timed_get(&daemon, "/metrics");
+        assert_eq!(status, 200);
+        worst = worst.max(took);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, health) = timed_get(&daemon, "/healthz");
+    assert_eq!(status, 200);
+    eprintln!(
+        "{IDLE} idle connections (opened in {opened:?}) + {SLOW} slowloris: /metrics answered in at most {worst:?}, /healthz in {health:?}"
+    );
+    assert!(worst < Duration::from_secs(1), "/metrics took {worst:?}");
+
+    // Every idle connection closed by the server after the header read timeout.
+    let mut last = Duration::ZERO;
+    for (i, s) in idle.iter_mut().enumerate() {
+        let left = (timeout + Duration::from_secs(5)).saturating_sub(t_idle.elapsed());
+        assert!(
+            closed_by_server(s, left.max(Duration::from_millis(1))),
+            "idle connection {i} still open {:?} after it connected",
+            t_idle.elapsed()
+        );
+        last = last.max(t_idle.elapsed());
+    }
+    eprintln!("all {IDLE} idle connections closed by the server within {last:?} of connecting");
+    assert!(
+        last >= timeout - Duration::from_millis(200),
+        "closed too early: {last:?}"
+    );
+    let closed: Vec<Option<Duration>> = slow.into_iter().map(|h| h.join().unwrap()).collect();
+    stop.store(true, Ordering::Relaxed);
+    eprintln!("slowloris clients closed after {closed:?}");
+    for c in &closed {
+        let c = c.expect("a slowloris client was never closed");
+        // Its first write after the close may still succeed: up to 2 writes (400 ms) late.
+        assert!(
+            c >= timeout && c <= timeout + Duration::from_secs(2),
+            "{c:?}"
+        );
+    }
+    let m = daemon.scrape();
+    assert_eq!(
+        m.sum(
+            "blkobs_http_rejected_total",
+            &[("reason", "max_connections")]
+        ),
+        0.0
+    );
+}
+
+/// The caps refuse what exceeds them, at once, and count it: a request target over
+/// `--max-uri-bytes` gets 414; a connection over `--max-connections` is closed as soon as it
+/// is accepted; requests over `--max-requests` get 503 (JSON) instead of waiting.
+#[test]
+fn http_limits_refuse_excess_clients() {
+    if !require_root("http_limits_refuse_excess_clients") {
+        return;
+    }
+    let daemon = Daemon::start(&[
+        "--max-connections",
+        "20",
+        "--max-requests",
+        "1",
+        "--max-uri-bytes",
+        "256",
+    ]);
+    let addr = daemon.addr.clone();
+    let (status, body) = daemon
+        .get(&format!("/stalls?device={}", "a".repeat(300)))
+        .unwrap();
+    assert_eq!(status, 414, "{body}");
+    assert!(body.contains("max_uri_bytes"), "{body}");
+    let (status, _) = daemon
+        .get(&format!("/stalls?format=json&x={}", "a".repeat(200)))
+        .unwrap();
+    assert_eq!(status, 400, "under the cap: the parameter is checked");
+
+    let idle: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = TcpStream::connect(&addr).unwrap();
+    let t = Instant::now();
+    assert!(
+        closed_by_server(&mut extra, Duration::from_secs(3)),
+        "21st connection kept open"
+    );
+    eprintln!(
+        "connection over max_connections closed after {:?}",
+        t.elapsed()
+    );
+    assert!(t.elapsed() < Duration::from_secs(1));
+    drop(idle);
+    assert!(
+        wait_every(Duration::from_millis(50), Duration::from_secs(5), || {
+            daemon.get("/healthz").is_ok_and(|(s, _)| s == 200)
+        }),
+        "not served again after the idle connections closed"
+    );
+
+    // 8 clients scraping as fast as they can against max_requests = 1.
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, stop) = (format!("http://{addr}/metrics"), stop.clone());
+            std::thread::spawn(move || {
+                let (mut ok, mut refused) = (0u32, 0u32);
+                let t = Instant::now();
+                while !stop.load(Ordering::Relaxed) && t.elapsed() < Duration::from_secs(10) {
+                    match http(&url) {
+                        Ok((200, _)) => ok += 1,
+                        Ok((503, body)) => {
+                            assert!(body.contains("max_requests"), "{body}");
+                            refused += 1;
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                }
+                (ok, refused)
+            })
+        })
+        .collect();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (ok, refused) = clients
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    eprintln!("8 clients for 3 s, max_requests 1: {ok} scrapes served, {refused} refused with 503");
+    assert!(ok > 0 && refused > 0, "{ok} served, {refused} refused");
+    let m = daemon.scrape();
+    let count = |reason| m.sum("blkobs_http_rejected_total", &[("reason", reason)]);
+    assert_eq!(count("max_requests"), refused as f64);
+    assert_eq!(count("uri_too_long"), 1.0);
+    assert!(count("max_connections") >= 1.0);
 }

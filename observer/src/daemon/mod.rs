@@ -61,6 +61,7 @@ where
         )),
         windows: Mutex::new(HistogramWindows::default()),
         fslog: Arc::default(),
+        http_rejected: Arc::default(),
         disks: KnownDisks::default(),
         process: ProcessMetrics::new(),
         // Last: the fields above read from `probes` first.
@@ -86,13 +87,24 @@ where
     let listener = tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| {
         format!("cannot listen on {}: choose another address with --listen or `listen` in the config", cfg.listen)
     })?;
-    info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
+    info!(
+        address = %listener.local_addr()?,
+        header_read_timeout = ?cfg.http.header_read_timeout,
+        max_connections = cfg.http.max_connections,
+        max_requests = cfg.http.max_requests,
+        max_uri_bytes = cfg.http.max_uri_bytes,
+        "serving /metrics, /healthz and the API"
+    );
     service::spawn_reload_on_sighup(service::Reloader::new(reload, state.clone(), cfg.clone()))?;
     service::notify_ready(&format!("serving on {}", listener.local_addr()?));
-    axum::serve(listener, http::router(state.clone()))
-        .with_graceful_shutdown(shutdown())
-        .await
-        .context("HTTP server")?;
+    http::server::serve(
+        listener,
+        http::router(state.clone(), &cfg.http),
+        &cfg.http,
+        state.http_rejected.clone(),
+        shutdown(),
+    )
+    .await;
     drop(state.programs.lock().expect("programs lock").take());
     info!("stopped; eBPF programs detached");
     Ok(())

@@ -22,7 +22,7 @@
 //! | `blkobs_fs_log_warnings` | gauge (`fslog/metrics.rs`) | |
 //! | `blkobs_bpf_program_runs_total`, `blkobs_bpf_program_run_seconds_total` | counter (`bpfcost.rs`), only while `kernel.bpf_stats_enabled=1` | program |
 //! | `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_virtual_memory_bytes`, `process_resident_memory_bytes`, `process_start_time_seconds`, `process_threads` | the standard process metrics (`process.rs`, the prometheus crate's `ProcessCollector`) | |
-//! | `blkobs_untracked_completions_total`, `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info` | self-monitoring | |
+//! | `blkobs_untracked_completions_total`, `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info`, `blkobs_http_rejected_total{reason}` | self-monitoring | |
 //!
 //! Label `log` is `true` for requests that start inside a filesystem log (journal) range
 //! (`observer_common::class::LOG`, see `crate::fslog`): `{op="write",log="true"}` selects log writes.
@@ -34,7 +34,7 @@ mod desc;
 mod inflight;
 mod process;
 mod requests;
-mod selfmon;
+pub mod selfmon;
 mod stalls;
 
 pub use buckets::BucketMap;

@@ -22,6 +22,7 @@ pub async fn get_metrics(State(st): State<Arc<AppState>>, _: NoParams) -> impl I
         exposition::render(&snap, &history, &rt.buckets, &st.info, &rt.filter)
             + &fslog::render_metrics(&st.fslog.get())
             + &exposition::encode(exposition::bpfcost::families(&st.program_runs()))
+            + &exposition::encode(exposition::selfmon::http_families(&st.http_rejected))
             + &exposition::encode(st.process.families())
     })
     .await;
