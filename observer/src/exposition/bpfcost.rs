@@ -34,7 +34,7 @@ pub fn families(runs: &[ProgramRun]) -> Vec<MetricFamily> {
         ),
         PROGRAM_RUN_SECONDS.family(
             runs.iter()
-                .map(|r| PROGRAM_RUN_SECONDS.counter(&[&r.program], r.run_time_ns as f64 * 1e-9))
+                .map(|r| PROGRAM_RUN_SECONDS.counter(&[&r.program], r.run_time_ns as f64 / 1e9))
                 .collect(),
         ),
     ]
