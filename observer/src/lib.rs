@@ -2,7 +2,7 @@
 //! tree). The binary `observer` is a thin CLI over [`daemon::run`] and [`client`].
 //!
 //! Imports flow one way: [`daemon`] → [`http`] → [`stalls`], [`exposition`] → [`collect`] →
-//! [`bpf`], with [`state`], [`fslog`], [`config`], [`labels`] and [`time`] below them.
+//! [`bpf`], with [`state`], [`disks`], [`fslog`], [`config`], [`labels`] and [`time`] below them.
 
 #![warn(missing_docs)]
 
@@ -11,6 +11,7 @@ pub mod client;
 pub mod collect;
 pub mod config;
 pub mod daemon;
+pub mod disks;
 pub mod exposition;
 pub mod fslog;
 pub mod http;

@@ -38,6 +38,22 @@ struct Cli {
     /// tree (<DIR>/sys/fs/cgroup) are read there. Overrides `host_root` in the config.
     #[arg(long, value_name = "DIR")]
     host_root: Option<PathBuf>,
+    /// Close connections that have not sent a complete request header after this long (e.g.
+    /// 10s). Overrides `http.header_read_timeout`.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    header_read_timeout: Option<std::time::Duration>,
+    /// Most HTTP connections held at once; more are closed at once. Overrides
+    /// `http.max_connections`.
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Most /metrics and API requests served at once; more get 503. Overrides
+    /// `http.max_requests`.
+    #[arg(long, value_name = "N")]
+    max_requests: Option<usize>,
+    /// Longest request target (path and query, bytes); longer get 414. Overrides
+    /// `http.max_uri_bytes`.
+    #[arg(long, value_name = "BYTES")]
+    max_uri_bytes: Option<usize>,
     /// Check the configuration and exit.
     #[arg(long)]
     check_config: bool,
@@ -101,6 +117,18 @@ fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
     }
     if let Some(b) = &cli.buckets {
         cfg.histogram.buckets = b.clone();
+    }
+    if let Some(t) = cli.header_read_timeout {
+        cfg.http.header_read_timeout = t;
+    }
+    if let Some(n) = cli.max_connections {
+        cfg.http.max_connections = n;
+    }
+    if let Some(n) = cli.max_requests {
+        cfg.http.max_requests = n;
+    }
+    if let Some(n) = cli.max_uri_bytes {
+        cfg.http.max_uri_bytes = n;
     }
     cfg.validate()?;
     Ok(cfg)

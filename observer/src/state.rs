@@ -1,21 +1,54 @@
 //! [`AppState`]: what the HTTP handlers, the background tasks and the reloader share. Built once
 //! at startup by [`crate::daemon`]; nothing here depends on the HTTP layer.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc, Mutex, RwLock,
+};
 
 use observer_common::maps::Settings;
 
 use crate::{
-    bpf::{loader::AttachInfo, maps::KernelMaps},
+    bpf::{
+        loader::{AttachInfo, Probes},
+        maps::KernelMaps,
+    },
     collect::{
         events::History,
         reaper::{Reaped, Reaper},
         windows::HistogramWindows,
     },
     config::DeviceFilter,
-    exposition::BucketMap,
+    disks::KnownDisks,
+    exposition::{BucketMap, ProcessMetrics},
     fslog::FsLogState,
 };
+
+/// HTTP requests and connections refused by the `[http]` limits, by reason (for
+/// `blkobs_http_rejected_total`).
+#[derive(Debug, Default)]
+pub struct HttpRejections {
+    /// Connections closed at once because `max_connections` were open.
+    pub max_connections: AtomicU64,
+    /// Requests answered 503 because `max_requests` were being served.
+    pub max_requests: AtomicU64,
+    /// Requests answered 414: request target longer than `max_uri_bytes`.
+    pub uri_too_long: AtomicU64,
+}
+
+impl HttpRejections {
+    /// (reason label, count) for each reason.
+    pub fn counts(&self) -> [(&'static str, u64); 3] {
+        [
+            (
+                "max_connections",
+                self.max_connections.load(Ordering::Relaxed),
+            ),
+            ("max_requests", self.max_requests.load(Ordering::Relaxed)),
+            ("uri_too_long", self.uri_too_long.load(Ordering::Relaxed)),
+        ]
+    }
+}
 
 /// The settings a configuration reload (SIGHUP) may change, swapped as a whole.
 #[derive(Clone)]
@@ -48,4 +81,29 @@ pub struct AppState {
     pub windows: Mutex<HistogramWindows>,
     /// The last filesystem log discovery (see [`crate::fslog`]).
     pub fslog: Arc<FsLogState>,
+    /// Requests and connections refused by the `[http]` limits.
+    pub http_rejected: Arc<HttpRejections>,
+    /// The disks that exist or existed while the daemon ran (what `device=` accepts).
+    pub disks: KnownDisks,
+    /// The standard `process_*` metrics of the daemon itself.
+    pub process: ProcessMetrics,
+    /// The attached programs (their run counters are read at each scrape). Taken and dropped at
+    /// shutdown, which detaches them.
+    pub programs: Mutex<Option<Probes>>,
+}
+
+impl AppState {
+    /// Run counters of every program the daemon loaded (attached ones and the reaper's probe),
+    /// as far as they are worth exporting ([`crate::bpf::progstats::exported`]).
+    pub fn program_runs(&self) -> Vec<crate::bpf::progstats::ProgramRun> {
+        let mut runs = self
+            .programs
+            .lock()
+            .expect("programs lock")
+            .as_ref()
+            .map(Probes::program_runs)
+            .unwrap_or_default();
+        runs.extend(self.reaper.lock().expect("reaper lock").program_runs());
+        crate::bpf::progstats::exported(runs, crate::bpf::progstats::stats_enabled())
+    }
 }

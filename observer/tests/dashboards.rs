@@ -3,6 +3,9 @@
 //! drives real I/O on a loop device. An expression that errors or returns no data fails the
 //! test, as does a template variable query with no values.
 //!
+//! The live test sets `kernel.bpf_stats_enabled=1` for its run (the eBPF cost panels need it)
+//! and restores the old value.
+//!
 //! Run as root: `cargo test -p observer --test dashboards`. Without root or tools the live test
 //! skips, except under CI (`CI` set to anything truthy), where it fails.
 
@@ -410,6 +413,8 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     if !require_root_and(&["prometheus", "fio", "losetup"]) {
         return;
     }
+    // The eBPF cost panels need the kernel's per-program statistics (restored on drop).
+    let _stats = Sysctl::set("kernel.bpf_stats_enabled", "1");
     let dir = TempDir::new("blkobs-dash");
     let dev = LoopDev::kernel_scheduler(512);
     // XFS on it, so the load produces filesystem log writes (log="true") as well.
@@ -519,6 +524,8 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
 
     let mut failures = Vec::new();
     let mut evaluated = 0;
+    // Expressions over the programs' own cost (blkobs_bpf_program_*), which evaluated.
+    let mut bpf_cost = 0;
     for Dashboard { file, json } in dashboards() {
         let vars = variables(&json);
         // Template variables: every label_values() query must yield values (the device's own
@@ -572,7 +579,10 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
             let q = substitute(&expr, &values);
             evaluated += 1;
             match instant(&base, &q) {
-                Ok(n) => eprintln!("ok   {file} {title:?} {refid}: {n} series"),
+                Ok(n) => {
+                    eprintln!("ok   {file} {title:?} {refid}: {n} series");
+                    bpf_cost += usize::from(q.contains("blkobs_bpf_program_"));
+                }
                 Err(e) => failures.push(format!(
                     "{file} panel {title:?} {refid}: {e}\n    query: {q}"
                 )),
@@ -597,6 +607,10 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
         "{} of {evaluated} dashboard queries failed:\n{}",
         failures.len(),
         failures.join("\n")
+    );
+    assert!(
+        bpf_cost >= 2,
+        "the eBPF cost panels' expressions ({bpf_cost}) did not evaluate"
     );
     eprintln!("{evaluated} dashboard expressions returned data");
 }

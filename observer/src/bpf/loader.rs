@@ -64,6 +64,13 @@ pub struct Probes {
     pub request_probe: Option<RequestProbe>,
 }
 
+impl Probes {
+    /// Run counts and run times of the attached programs (see [`super::progstats`]).
+    pub fn program_runs(&self) -> Vec<super::progstats::ProgramRun> {
+        super::progstats::program_runs(&self._ebpf)
+    }
+}
+
 /// Checks CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN) in the effective set.
 pub fn check_privileges() -> Result<(), ProbeError> {
     use caps::{CapSet, Capability};

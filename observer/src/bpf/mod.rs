@@ -1,12 +1,14 @@
 //! The kernel side, seen from userspace: the kernel's BTF ([`btf`]), the one tracepoint table
 //! ([`tracepoints`]), loading and attaching the embedded programs ([`loader`]), the map handles
 //! ([`maps`]), the per-device slots ([`devslots`]), batched reads of the largest map
-//! ([`batch`]) and the reaper's request-state probe ([`reqstate`]).
+//! ([`batch`]), the reaper's request-state probe ([`reqstate`]) and what the programs cost
+//! ([`progstats`]).
 
 pub mod batch;
 pub mod btf;
 pub mod devslots;
 pub mod loader;
 pub mod maps;
+pub mod progstats;
 pub mod reqstate;
 pub mod tracepoints;

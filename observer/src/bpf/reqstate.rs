@@ -66,6 +66,11 @@ impl RequestProbe {
         Ok(RequestProbe { ebpf, in_flight })
     }
 
+    /// Run count and run time of the probe's program (see [`super::progstats`]).
+    pub fn program_runs(&self) -> Vec<super::progstats::ProgramRun> {
+        super::progstats::program_runs(&self.ebpf)
+    }
+
     /// The state of the `struct request` at kernel address `rq`. Errors if the test run fails
     /// (e.g. BPF_PROG_TEST_RUN refused): then nothing is known.
     pub fn state(&self, rq: u64) -> Result<RequestState, aya::programs::ProgramError> {

@@ -67,6 +67,14 @@ pub struct Reaper {
 }
 
 impl Reaper {
+    /// Run count and run time of the request-state probe's program (none without a probe).
+    pub fn program_runs(&self) -> Vec<crate::bpf::progstats::ProgramRun> {
+        self.probe
+            .as_ref()
+            .map(RequestProbe::program_runs)
+            .unwrap_or_default()
+    }
+
     /// A reaper asking `probe`; without one it retires nothing (entries then wait for their
     /// struct's reuse).
     pub fn new(probe: Option<RequestProbe>) -> Reaper {

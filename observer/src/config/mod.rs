@@ -21,6 +21,12 @@
 //! [maps]
 //! inflight_entries = 16384           # requests tracked at once, all devices
 //! stats_memory_mib = 16              # kernel memory for per-CPU histograms
+//!
+//! [http]                             # what hostile or careless clients may hold (startup only)
+//! header_read_timeout = "10s"        # a connection without a complete request header is closed
+//! max_connections = 512              # connections at once; more are closed at once
+//! max_requests = 40                  # /metrics and API requests at once; more get 503
+//! max_uri_bytes = 2048               # longer request targets get 414
 //! ```
 
 mod filter;
@@ -87,6 +93,42 @@ pub struct Config {
     pub maps: MapSizes,
     /// Slow requests and stall episodes.
     pub stalls: Stalls,
+    /// Limits on HTTP clients.
+    pub http: HttpLimits,
+}
+
+/// `[http]`: what HTTP clients may hold, so that idle, slow or too many clients cannot keep
+/// Prometheus from scraping. Startup only.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpLimits {
+    /// A connection that has not sent a complete request header this long after it opened (or
+    /// after its previous response: idle keep-alive connections too) is closed.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: std::time::Duration,
+    /// Connections held at once; a connection beyond this is accepted and closed at once
+    /// (counted in `blkobs_http_rejected_total{reason="max_connections"}`). Each is a file
+    /// descriptor: keep it well below the daemon's `LimitNOFILE`.
+    pub max_connections: usize,
+    /// Requests to `/metrics` and the JSON API served at once (node_exporter's
+    /// `--web.max-requests`); more get 503 (`reason="max_requests"`).
+    pub max_requests: usize,
+    /// Longest request target (path and query, bytes); longer ones get 414
+    /// (`reason="uri_too_long"`).
+    pub max_uri_bytes: usize,
+}
+
+impl Default for HttpLimits {
+    /// 10 s to send a request header, 512 connections, 40 requests at once (as node_exporter),
+    /// 2048-byte request targets.
+    fn default() -> Self {
+        Self {
+            header_read_timeout: std::time::Duration::from_secs(10),
+            max_connections: 512,
+            max_requests: 40,
+            max_uri_bytes: 2048,
+        }
+    }
 }
 
 /// `[devices]`: glob patterns on kernel device names (`vda`, `nvme0n1`, `loop0`), and how long
@@ -144,6 +186,7 @@ impl Default for Config {
             histogram: Histogram::default(),
             maps: MapSizes::default(),
             stalls: Stalls::default(),
+            http: HttpLimits::default(),
         }
     }
 }
@@ -262,6 +305,36 @@ impl Config {
                     .into(),
             });
         }
+        let h = &self.http;
+        if h.header_read_timeout < std::time::Duration::from_millis(100)
+            || h.header_read_timeout > std::time::Duration::from_secs(3600)
+        {
+            return Err(ConfigError::Invalid {
+                key: "http.header_read_timeout",
+                problem: format!("{:?} is outside 100ms..=1h", h.header_read_timeout),
+            });
+        }
+        if !(1..=65536).contains(&h.max_connections) {
+            return Err(ConfigError::Invalid {
+                key: "http.max_connections",
+                problem: format!("{} is outside 1..=65536", h.max_connections),
+            });
+        }
+        if !(1..=h.max_connections).contains(&h.max_requests) {
+            return Err(ConfigError::Invalid {
+                key: "http.max_requests",
+                problem: format!(
+                    "{} is outside 1..=max_connections ({})",
+                    h.max_requests, h.max_connections
+                ),
+            });
+        }
+        if !(64..=65534).contains(&h.max_uri_bytes) {
+            return Err(ConfigError::Invalid {
+                key: "http.max_uri_bytes",
+                problem: format!("{} is outside 64..=65534", h.max_uri_bytes),
+            });
+        }
         if !(1..=4096).contains(&self.maps.stats_memory_mib) {
             return Err(ConfigError::Invalid {
                 key: "maps.stats_memory_mib",
@@ -357,6 +430,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("host_root") && e.contains("absolute"), "{e}");
+        let e = Config::from_toml("[http]\nmax_requests = 0", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http.max_requests"), "{e}");
+        let e = Config::from_toml("[http]\nheader_read_timeout = \"1ms\"", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http.header_read_timeout"), "{e}");
+        let e = Config::from_toml("[http]\nmax_uri_bytes = 10", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http.max_uri_bytes"), "{e}");
+        let e = Config::from_toml("[http]\nmax_conections = 10", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_conections"), "{e}");
+        let c = Config::from_toml(
+            "[http]\nheader_read_timeout = \"3s\"\nmax_connections = 100\nmax_requests = 4",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            c.http.header_read_timeout,
+            std::time::Duration::from_secs(3)
+        );
+        assert_eq!((c.http.max_connections, c.http.max_requests), (100, 4));
+        assert_eq!(c.http.max_uri_bytes, 2048);
         let c = Config::from_toml("host_root = \"/host\"", "t").unwrap();
         assert_eq!(c.host_root.as_deref(), Some(std::path::Path::new("/host")));
     }

@@ -18,7 +18,8 @@ use crate::{
         windows::{self, HistogramWindows},
     },
     config::{Config, ConfigError, DeviceFilter},
-    exposition::BucketMap,
+    disks::KnownDisks,
+    exposition::{BucketMap, ProcessMetrics},
     fslog, http,
     state::{AppState, ReloadableSettings},
     time::monotonic_ns,
@@ -61,7 +62,13 @@ where
         )),
         windows: Mutex::new(HistogramWindows::default()),
         fslog: Arc::default(),
+        http_rejected: Arc::default(),
+        disks: KnownDisks::default(),
+        process: ProcessMetrics::new(),
+        // Last: the fields above read from `probes` first.
+        programs: Mutex::new(Some(probes)),
     });
+    state.disks.rescan();
     spawn_reaper_and_windows(state.clone());
     spawn_event_reader(state.clone())?;
     let fslog_state = state.clone();
@@ -81,20 +88,32 @@ where
     let listener = tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| {
         format!("cannot listen on {}: choose another address with --listen or `listen` in the config", cfg.listen)
     })?;
-    info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
+    info!(
+        address = %listener.local_addr()?,
+        header_read_timeout = ?cfg.http.header_read_timeout,
+        max_connections = cfg.http.max_connections,
+        max_requests = cfg.http.max_requests,
+        max_uri_bytes = cfg.http.max_uri_bytes,
+        "serving /metrics, /healthz and the API"
+    );
     service::spawn_reload_on_sighup(service::Reloader::new(reload, state.clone(), cfg.clone()))?;
     service::notify_ready(&format!("serving on {}", listener.local_addr()?));
-    axum::serve(listener, http::router(state))
-        .with_graceful_shutdown(shutdown())
-        .await
-        .context("HTTP server")?;
-    drop(probes);
+    http::server::serve(
+        listener,
+        http::router(state.clone(), &cfg.http),
+        &cfg.http,
+        state.http_rejected.clone(),
+        shutdown(),
+    )
+    .await;
+    drop(state.programs.lock().expect("programs lock").take());
     info!("stopped; eBPF programs detached");
     Ok(())
 }
 
-/// Every second ([`devslots::RESCAN_INTERVAL`]): the disks rescanned for per-device slots, the
-/// reaper pass, disks gone for `[devices] forget_after` forgotten, then a histogram snapshot when one is due (every [`windows::INTERVAL_NS`], and
+/// Every second ([`devslots::RESCAN_INTERVAL`]): the disks rescanned for per-device slots and
+/// for the API's known disks, the reaper pass, disks gone for `[devices] forget_after`
+/// forgotten, then a histogram snapshot when one is due (every [`windows::INTERVAL_NS`], and
 /// at once at startup).
 fn spawn_reaper_and_windows(st: Arc<AppState>) {
     tokio::spawn(async move {
@@ -104,6 +123,7 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
             let st = st.clone();
             let _ = tokio::task::spawn_blocking(move || {
                 st.maps.dev_slots.lock().expect("dev slots lock").rescan();
+                st.disks.rescan();
                 {
                     let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
                     st.reaper.lock().expect("reaper lock").reap(

@@ -12,7 +12,7 @@
 //! What SIGHUP reloads: the config file given with `--config` is read again and the command-line
 //! flags are applied over it, exactly as at startup. The device filter (`[devices]`), the
 //! exported histogram buckets (`[histogram]`) and the `[stalls]` thresholds take effect at once.
-//! `listen`, `[maps]` and the `[stalls]` history sizes cannot change without a restart: a change to them is logged and otherwise ignored.
+//! `listen`, `[maps]`, `[http]` and the `[stalls]` history sizes cannot change without a restart: a change to them is logged and otherwise ignored.
 //! An invalid new configuration is rejected as a whole: the daemon keeps the old one and logs why.
 
 use std::sync::{Arc, Mutex};
@@ -80,6 +80,9 @@ pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     {
         keys.push("stalls.history_*");
     }
+    if old.http != new.http {
+        keys.push("http");
+    }
     let mut rest = new.clone();
     rest.devices = old.devices.clone();
     rest.histogram = old.histogram.clone();
@@ -87,6 +90,7 @@ pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     rest.listen = old.listen;
     rest.host_root = old.host_root.clone();
     rest.maps = old.maps.clone();
+    rest.http = old.http.clone();
     if rest != *old {
         keys.push("other startup-only keys");
     }
@@ -226,6 +230,11 @@ mod tests {
         assert_eq!(
             restart_required_keys(&a, &b),
             vec!["listen", "maps.inflight_entries"]
+        );
+        b.http.max_requests = 2;
+        assert_eq!(
+            restart_required_keys(&a, &b),
+            vec!["listen", "maps.inflight_entries", "http"]
         );
     }
 }

@@ -22,21 +22,26 @@
 //! | `blkobs_fs_log_sectors` | gauge (`fslog/metrics.rs`) | device, fs_device, fstype, mountpoint, kind, start |
 //! | `blkobs_fs_log_status` | gauge (`fslog/metrics.rs`), 1 per filesystem | device, fs_device, fstype, mountpoint, status (found, no_journal, unreadable, no_device_node, invalid, external_log_missing, io_error) |
 //! | `blkobs_fs_log_warnings` | gauge (`fslog/metrics.rs`) | |
-//! | `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info` | self-monitoring | |
+//! | `blkobs_bpf_program_runs_total`, `blkobs_bpf_program_run_seconds_total` | counter (`bpfcost.rs`), only while `kernel.bpf_stats_enabled=1` | program |
+//! | `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_virtual_memory_bytes`, `process_resident_memory_bytes`, `process_start_time_seconds`, `process_threads` | the standard process metrics (`process.rs`, the prometheus crate's `ProcessCollector`) | |
+//! | `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info`, `blkobs_http_rejected_total{reason}` | self-monitoring | |
 //!
 //! Label `log` is `true` for requests that start inside a filesystem log (journal) range
 //! (`observer_common::class::LOG`, see `crate::fslog`): `{op="write",log="true"}` selects log writes.
 //! "flags" above means the same flag labels as the histogram (preflush ... log).
 
+pub mod bpfcost;
 mod buckets;
 mod desc;
 mod inflight;
+mod process;
 mod requests;
-mod selfmon;
+pub mod selfmon;
 mod stalls;
 
 pub use buckets::BucketMap;
 pub use desc::{encode, MetricDesc};
+pub use process::ProcessMetrics;
 
 use crate::{
     bpf::loader::AttachInfo, collect::events::History, collect::snapshot::Snapshot,

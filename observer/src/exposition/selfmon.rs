@@ -2,12 +2,12 @@
 //! Declares `blkobs_dropped_requests_total`,
 //! `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`,
 //! `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries`,
-//! `blkobs_map_capacity` and `blkobs_build_info`.
+//! `blkobs_map_capacity`, `blkobs_build_info` and `blkobs_http_rejected_total`.
 
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::MetricDesc;
-use crate::{bpf::loader::AttachInfo, collect::snapshot::Snapshot};
+use crate::{bpf::loader::AttachInfo, collect::snapshot::Snapshot, state::HttpRejections};
 
 /// Requests or completions lost to a full map, by map.
 pub const DROPPED_REQUESTS: MetricDesc = MetricDesc {
@@ -72,6 +72,24 @@ pub const BUILD_INFO: MetricDesc = MetricDesc {
     kind: MetricType::GAUGE,
     labels: &["version", "attach", "enter_tracepoint", "reaper"],
 };
+
+/// Requests and connections refused by the `[http]` limits.
+pub const HTTP_REJECTED: MetricDesc = MetricDesc {
+    name: "blkobs_http_rejected_total",
+    help: "HTTP connections and requests refused by the [http] limits: max_connections (connection closed at once), max_requests (503), uri_too_long (414).",
+    kind: MetricType::COUNTER,
+    labels: &["reason"],
+};
+
+/// `blkobs_http_rejected_total`, one series per reason.
+pub fn http_families(r: &HttpRejections) -> Vec<MetricFamily> {
+    vec![HTTP_REJECTED.family(
+        r.counts()
+            .iter()
+            .map(|(reason, n)| HTTP_REJECTED.counter(&[reason], *n as f64))
+            .collect(),
+    )]
+}
 
 /// The self-monitoring families, in the order above.
 pub fn families(s: &Snapshot, info: &AttachInfo) -> Vec<MetricFamily> {

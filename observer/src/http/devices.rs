@@ -22,6 +22,7 @@ use std::{path::Path, sync::Arc};
 use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
 use serde::Serialize;
 
+use super::params::NoParams;
 use crate::{
     bpf::devslots::{parse_dev, SlotTable, Tracking, SYS_BLOCK},
     fslog::{Discovery, LogKind, LogStatus, Range},
@@ -186,7 +187,7 @@ fn filesystems_on(name: &str, d: &Discovery) -> Vec<FsRef> {
 
 /// The handler: the body from `/sys/block`, the last discovery and the slots; 500 if that task
 /// fails.
-pub async fn get_devices(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+pub async fn get_devices(State(st): State<Arc<AppState>>, _: NoParams) -> impl IntoResponse {
     let d = st.fslog.get();
     let slots = st
         .maps

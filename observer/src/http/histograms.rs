@@ -1,10 +1,10 @@
 //! `GET /histograms`: per device/class/stage count, sum and percentiles over a window
 //! (parameters `device`, `since`; without `since`, since the daemon started).
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use axum::{
-    extract::{Query, State},
+    extract::{RawQuery, State},
     response::{IntoResponse, Response},
     Json,
 };
@@ -13,12 +13,9 @@ use super::{blocking, params::parse};
 use crate::{collect::snapshot::Snapshot, state::AppState, time::Clock};
 
 /// The handler: 400 on a bad parameter, else `{"now", "window_start", "histograms": [...]}`.
-pub async fn get_histograms(
-    State(st): State<Arc<AppState>>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
+pub async fn get_histograms(State(st): State<Arc<AppState>>, RawQuery(q): RawQuery) -> Response {
     let clock = Clock::now();
-    let p = match parse(&q, &["device", "since"], &clock) {
+    let p = match parse(q.as_deref(), &["device", "since"], &clock, &st.disks) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };

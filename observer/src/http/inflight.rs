@@ -1,10 +1,10 @@
 //! `GET /inflight`: every request in flight, oldest first (parameters `device`, `min`, `limit`;
 //! at most 1000 by default).
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use axum::{
-    extract::{Query, State},
+    extract::{RawQuery, State},
     response::{IntoResponse, Response},
     Json,
 };
@@ -17,12 +17,9 @@ use crate::{
 };
 
 /// The handler: 400 on a bad parameter, else `{"now": ..., "requests": [...]}`.
-pub async fn get_inflight(
-    State(st): State<Arc<AppState>>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
+pub async fn get_inflight(State(st): State<Arc<AppState>>, RawQuery(q): RawQuery) -> Response {
     let clock = Clock::now();
-    let p = match parse(&q, &["device", "min", "limit"], &clock) {
+    let p = match parse(q.as_deref(), &["device", "min", "limit"], &clock, &st.disks) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };

@@ -1,5 +1,5 @@
-//! `GET /metrics`: the Prometheus text format of a fresh snapshot, the stall history and the
-//! filesystem log discovery.
+//! `GET /metrics`: the Prometheus text format of a fresh snapshot, the stall history, the
+//! filesystem log discovery, the programs' own cost and the standard `process_*` metrics.
 
 use std::sync::Arc;
 
@@ -9,17 +9,21 @@ use axum::{
     response::IntoResponse,
 };
 
+use super::params::NoParams;
 use crate::{collect::snapshot::Snapshot, exposition, fslog, state::AppState};
 
 /// The handler: reads the maps off the async workers (map reads are syscalls); 500 if that
 /// task fails.
-pub async fn get_metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+pub async fn get_metrics(State(st): State<Arc<AppState>>, _: NoParams) -> impl IntoResponse {
     let body = tokio::task::spawn_blocking(move || {
         let rt = st.runtime.read().expect("runtime lock").clone();
         let snap = Snapshot::read(&st.maps, &st.reaped, &rt.filter);
         let history = st.history.lock().expect("history lock");
         exposition::render(&snap, &history, &rt.buckets, &st.info, &rt.filter)
             + &fslog::render_metrics(&st.fslog.get())
+            + &exposition::encode(exposition::bpfcost::families(&st.program_runs()))
+            + &exposition::encode(exposition::selfmon::http_families(&st.http_rejected))
+            + &exposition::encode(st.process.families())
     })
     .await;
     match body {

@@ -1,41 +1,54 @@
 //! The HTTP layer: the router and one file per endpoint, with their query parameters parsed in
-//! [`params`]. `/metrics` (Prometheus text format), `/healthz`, `/stalls`, `/inflight`,
-//! `/histograms`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this module.
+//! [`params`]. `/` (an HTML page linking the others), `/metrics` (Prometheus text format),
+//! `/healthz`, `/stalls`, `/inflight`, `/histograms`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this module.
 
 pub mod devices;
 pub mod histograms;
 pub mod inflight;
+pub mod landing;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
+pub mod server;
 pub mod stalls;
 
 use std::sync::Arc;
 
 use axum::{http::StatusCode, routing::get, Router};
 
-use crate::state::AppState;
+use crate::{config::HttpLimits, state::AppState};
 
 /// Every route, with `state` shared by the handlers; unknown paths get 404 with a JSON error
-/// listing the endpoints.
-pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics::get_metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/stalls", get(stalls::get_stalls))
-        .route("/inflight", get(inflight::get_inflight))
-        .route("/histograms", get(histograms::get_histograms))
-        .route("/devices", get(devices::get_devices))
+/// listing the endpoints. Every endpoint rejects query parameters it does not take, and repeated
+/// ones, with 400 ([`params`]). The endpoints that read the kernel maps (`/metrics` and the
+/// JSON API) are served at most `limits.max_requests` at once (503 beyond), and every request
+/// target is limited to `limits.max_uri_bytes` (414), see [`server`].
+pub fn router(state: Arc<AppState>, limits: &HttpLimits) -> Router {
+    let readers = server::limit_requests(
+        Router::new()
+            .route("/metrics", get(metrics::get_metrics))
+            .route("/stalls", get(stalls::get_stalls))
+            .route("/inflight", get(inflight::get_inflight))
+            .route("/histograms", get(histograms::get_histograms))
+            .route("/devices", get(devices::get_devices)),
+        limits,
+        state.http_rejected.clone(),
+    );
+    let router = Router::new()
+        .route("/", get(landing::get_landing))
+        .route("/healthz", get(|_: params::NoParams| async { "ok\n" }))
         .route("/openapi.yaml", get(openapi::get_openapi))
+        .merge(readers)
         .fallback(|| async {
             (
                 StatusCode::NOT_FOUND,
                 axum::Json(serde_json::json!({
-                    "error": "not found: try /metrics, /stalls, /inflight, /histograms, /devices, /openapi.yaml",
+                    "error": "not found: try /, /metrics, /healthz, /stalls, /inflight, /histograms, /devices, /openapi.yaml",
                 })),
             )
         })
-        .with_state(state)
+        .with_state(state.clone());
+    server::limit_uri(router, limits, state.http_rejected.clone())
 }
 
 /// Runs `f` on the blocking pool (map reads are syscalls) and waits for it.

@@ -1,21 +1,27 @@
-//! Query parameters of the API endpoints, parsed and checked in one place: `device`, `since`,
-//! `min`, `limit`, `format`. Each endpoint names the ones it accepts; anything else, or a bad
-//! value, gets 400 with `{"error": ..., "parameter": ...}`.
+//! Query parameters of the endpoints, parsed and checked in one place: `device`, `since`,
+//! `min`, `limit`, `format`. Each endpoint names the ones it accepts; a parameter it does not
+//! accept, one given twice, or a bad value gets 400 with `{"error": ..., "parameter": ...}`; a
+//! `device` that is not a disk this daemon has seen gets 404 in the same form. Endpoints
+//! without parameters take [`NoParams`].
 
-use std::{collections::HashMap, time::Duration};
+use std::{borrow::Cow, collections::HashMap, time::Duration};
 
 use axum::{
-    http::{header, HeaderMap, StatusCode},
+    extract::FromRequestParts,
+    http::{header, request::Parts, HeaderMap, StatusCode},
     response::{IntoResponse, Response},
     Json,
 };
 use serde::Serialize;
 
-use crate::time::Clock;
+use crate::{disks::KnownDisks, time::Clock};
 
-/// A 400 naming the bad parameter.
+/// A 400 (or 404 for an unknown device) naming the parameter at fault.
 #[derive(Debug, Serialize)]
 pub struct ApiError {
+    /// 400, or 404 for a device that is not a disk.
+    #[serde(skip)]
+    pub status: StatusCode,
     /// What is wrong and what is accepted.
     pub error: String,
     /// The query parameter at fault.
@@ -24,13 +30,14 @@ pub struct ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (StatusCode::BAD_REQUEST, Json(self)).into_response()
+        (self.status, Json(self)).into_response()
     }
 }
 
 /// A 400 for `parameter` with message `error`.
 pub fn bad(parameter: &str, error: impl Into<String>) -> ApiError {
     ApiError {
+        status: StatusCode::BAD_REQUEST,
         error: error.into(),
         parameter: parameter.into(),
     }
@@ -50,21 +57,51 @@ pub struct Params {
     pub json: Option<bool>,
 }
 
-/// Parses query `q`, accepting only the parameters in `allowed`; `since` is converted with
-/// `clock`. The error names the first bad parameter.
-pub fn parse(
-    q: &HashMap<String, String>,
-    allowed: &[&str],
-    clock: &Clock,
-) -> Result<Params, ApiError> {
-    for k in q.keys() {
-        if !allowed.contains(&k.as_str()) {
+/// The raw query string (`None`: no `?`) as name → value, percent-decoded, accepting only the
+/// names in `allowed`, each at most once. The error names the first parameter at fault.
+pub fn pairs(raw: Option<&str>, allowed: &[&str]) -> Result<HashMap<String, String>, ApiError> {
+    let mut out: HashMap<String, String> = HashMap::new();
+    for (k, v) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
+        if !allowed.contains(&k.as_ref()) {
             return Err(bad(
-                k,
-                format!("unknown parameter; accepted: {}", allowed.join(", ")),
+                &k,
+                if allowed.is_empty() {
+                    "unknown parameter: this endpoint takes none".to_string()
+                } else {
+                    format!("unknown parameter; accepted: {}", allowed.join(", "))
+                },
             ));
         }
+        if out.contains_key(k.as_ref()) {
+            return Err(bad(&k, "given more than once: give each parameter once"));
+        }
+        out.insert(k.into_owned(), Cow::into_owned(v));
     }
+    Ok(out)
+}
+
+/// Parses the raw query string, accepting only the parameters in `allowed`, each once; `since`
+/// is converted with `clock`; `device` must be a disk in `disks` (else 404). The error names
+/// the first bad parameter.
+pub fn parse(
+    raw: Option<&str>,
+    allowed: &[&str],
+    clock: &Clock,
+    disks: &KnownDisks,
+) -> Result<Params, ApiError> {
+    let p = parse_values(&pairs(raw, allowed)?, clock)?;
+    if let Some(d) = &p.device {
+        disks.check(d).map_err(|e| ApiError {
+            status: StatusCode::NOT_FOUND,
+            error: e.to_string(),
+            parameter: "device".into(),
+        })?;
+    }
+    Ok(p)
+}
+
+/// Checks and converts the values of `q` (names already checked).
+fn parse_values(q: &HashMap<String, String>, clock: &Clock) -> Result<Params, ApiError> {
     let since_ns = match q.get("since") {
         None => None,
         Some(v) => Some(if let Some(ns) = parse_duration_ns(v) {
@@ -106,7 +143,7 @@ pub fn parse(
         .transpose()?;
     let device = q.get("device").cloned();
     if let Some(d) = &device {
-        if d.is_empty() || d.chars().count() > 64 || d.contains('/') {
+        if d.is_empty() || d.chars().count() > 64 || d.contains('/') || d == "." || d == ".." {
             return Err(bad(
                 "device",
                 "a kernel device name like vda, nvme0n1 or loop0",
@@ -174,6 +211,17 @@ fn parse_unix_time(v: &str) -> Option<std::time::SystemTime> {
     Some(std::time::UNIX_EPOCH + Duration::new(secs, nanos as u32))
 }
 
+/// The extractor of endpoints that take no parameters: any query parameter gets 400 naming it.
+pub struct NoParams;
+
+impl<S: Send + Sync> FromRequestParts<S> for NoParams {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        pairs(parts.uri.query(), &[]).map(|_| NoParams)
+    }
+}
+
 /// Whether to answer in JSON: `format=` if given, else the `Accept` header.
 pub fn wants_json(p: &Params, headers: &HeaderMap) -> bool {
     p.json.unwrap_or_else(|| {
@@ -187,6 +235,29 @@ pub fn wants_json(p: &Params, headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_and_repeated_parameters() {
+        let ok = pairs(Some("device=vda&limit=5"), &["device", "limit"]).unwrap();
+        assert_eq!(ok["device"], "vda");
+        assert!(pairs(None, &[]).unwrap().is_empty());
+        assert!(pairs(Some(""), &[]).unwrap().is_empty());
+        assert_eq!(pairs(Some("a%20b=c%2Fd"), &["a b"]).unwrap()["a b"], "c/d");
+        for (q, allowed, param) in [
+            ("limit=5&limit=6", &["limit"][..], "limit"),
+            ("limit=5&limit=5", &["limit"][..], "limit"),
+            ("bogus=1", &[][..], "bogus"),
+            ("device=vda&what", &["device"][..], "what"),
+            ("lim%69t=1&limit=2", &["limit"][..], "limit"),
+        ] {
+            let e = pairs(Some(q), allowed).unwrap_err();
+            assert_eq!(
+                (e.status, e.parameter.as_str()),
+                (StatusCode::BAD_REQUEST, param),
+                "{q}"
+            );
+        }
+    }
 
     #[test]
     fn durations() {

@@ -1,10 +1,10 @@
 //! `GET /stalls`: stuck requests, stall episodes, slow requests (parameters `device`, `since`,
 //! `min`, `limit`, `format`). Text unless JSON is asked for (`format=json` or `Accept`).
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use axum::{
-    extract::{Query, State},
+    extract::{RawQuery, State},
     http::{header, HeaderMap},
     response::{IntoResponse, Response},
     Json,
@@ -24,11 +24,16 @@ use crate::{
 /// The handler: 400 on a bad parameter, else the report (50 per list by default).
 pub async fn get_stalls(
     State(st): State<Arc<AppState>>,
-    Query(q): Query<HashMap<String, String>>,
+    RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Response {
     let clock = Clock::now();
-    let p = match parse(&q, &["device", "since", "min", "limit", "format"], &clock) {
+    let p = match parse(
+        q.as_deref(),
+        &["device", "since", "min", "limit", "format"],
+        &clock,
+        &st.disks,
+    ) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };

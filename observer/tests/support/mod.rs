@@ -12,6 +12,7 @@
 //! - `witness`: /proc/diskstats and the ftrace `block_io_start` witness.
 //! - `fslog_witness`: the filesystem log witnesses (xfs_db, dumpe2fs/debugfs) and classification.
 //! - `slowfs`: a FUSE-backed disk with injected delays.
+//! - `sysctl`: a kernel sysctl set for a test and restored.
 //!
 //! Each test file is its own crate and uses a part of this: the rest would warn there (every
 //! item here is used by some test file).
@@ -25,6 +26,7 @@ mod mounts;
 mod process;
 mod skip;
 mod slowfs;
+mod sysctl;
 mod witness;
 
 pub use blockdev::*;
@@ -35,4 +37,5 @@ pub use mounts::*;
 pub use process::*;
 pub use skip::*;
 pub use slowfs::*;
+pub use sysctl::*;
 pub use witness::*;

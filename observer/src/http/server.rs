@@ -1,0 +1,386 @@
+//! Serving the router to clients that may be hostile or careless (`[http]`,
+//! [`HttpLimits`]): hyper's HTTP/1 connections with a header read timeout, a cap on open
+//! connections (a semaphore taken at accept), a cap on requests served at once (tower's
+//! load-shed over a global concurrency limit: 503) and on the request target's length (414).
+//! Slow, idle or numerous clients cannot keep Prometheus from scraping: `tests/api.rs`.
+
+use std::{
+    future::Future,
+    io,
+    sync::{atomic::Ordering, Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{
+    error_handling::HandleErrorLayer,
+    extract::Request,
+    http::{header, StatusCode},
+    middleware::Next,
+    response::IntoResponse,
+    BoxError, Json, Router,
+};
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    server::graceful::GracefulShutdown,
+    service::TowerToHyperService,
+};
+use tokio::{net::TcpListener, sync::Semaphore};
+use tower::{limit::GlobalConcurrencyLimitLayer, ServiceBuilder};
+use tracing::{debug, error, info, warn};
+
+use crate::{config::HttpLimits, state::HttpRejections};
+
+/// Request heads (request line and headers) larger than this get 431 from hyper.
+pub const MAX_HEAD_BYTES: usize = 32 * 1024;
+
+/// How long a stop waits for open connections to finish their requests.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Wraps `routes` so that at most `limits.max_requests` of their requests are served at once;
+/// the excess is answered at once with 503 (not queued) and counted.
+pub fn limit_requests<S: Clone + Send + Sync + 'static>(
+    routes: Router<S>,
+    limits: &HttpLimits,
+    rejected: Arc<HttpRejections>,
+) -> Router<S> {
+    let max = limits.max_requests;
+    routes.route_layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(move |_: BoxError| {
+                let rejected = rejected.clone();
+                async move {
+                    rejected.max_requests.fetch_add(1, Ordering::Relaxed);
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [(header::RETRY_AFTER, "1")],
+                        Json(serde_json::json!({
+                            "error": format!("{max} requests are being served (http.max_requests): retry later"),
+                        })),
+                    )
+                }
+            }))
+            .load_shed()
+            .layer(GlobalConcurrencyLimitLayer::new(max)),
+    )
+}
+
+/// Wraps `router` so that a request target (path and query) longer than
+/// `limits.max_uri_bytes` is answered with 414 and counted.
+pub fn limit_uri(router: Router, limits: &HttpLimits, rejected: Arc<HttpRejections>) -> Router {
+    let max = limits.max_uri_bytes;
+    router.layer(axum::middleware::from_fn(move |req: Request, next: Next| {
+        let rejected = rejected.clone();
+        async move {
+            let len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
+            if len > max {
+                rejected.uri_too_long.fetch_add(1, Ordering::Relaxed);
+                return (
+                    StatusCode::URI_TOO_LONG,
+                    Json(serde_json::json!({
+                        "error": format!("the request target is {len} bytes, more than http.max_uri_bytes ({max})"),
+                    })),
+                )
+                    .into_response();
+            }
+            next.run(req).await
+        }
+    }))
+}
+
+/// Logs a refused connection at most every 10 s, with how many were refused since.
+struct RateLimitedWarning {
+    last: Mutex<Option<Instant>>,
+}
+
+impl RateLimitedWarning {
+    fn warn(&self, total: u64, max: usize) {
+        let mut last = self.last.lock().expect("warning lock");
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+            *last = Some(Instant::now());
+            warn!(
+                max_connections = max,
+                refused_total = total,
+                "HTTP connection refused: max_connections are open (slow or idle clients?); raise http.max_connections if they are legitimate"
+            );
+        }
+    }
+}
+
+fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Serves `router` on `listener` with `limits` until `shutdown` resolves, then stops accepting
+/// and waits up to [`DRAIN_TIMEOUT`] for open connections to finish. Connections beyond
+/// `limits.max_connections` are closed as soon as accepted and counted in `rejected`.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: &HttpLimits,
+    rejected: Arc<HttpRejections>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(MAX_HEAD_BYTES);
+    let graceful = GracefulShutdown::new();
+    let warning = RateLimitedWarning {
+        last: Mutex::new(None),
+    };
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    // E.g. EMFILE: wait instead of spinning.
+                    error!(error = %e, "accepting an HTTP connection failed; retrying in 1 s");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            let total = rejected.max_connections.fetch_add(1, Ordering::Relaxed) + 1;
+            warning.warn(total, limits.max_connections);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = http.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(router.clone()),
+        );
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                debug!(%peer, error = %e, "HTTP connection ended");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    info!("HTTP listener closed; waiting for open connections");
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        warn!("HTTP connections still open after {DRAIN_TIMEOUT:?}: closing them");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        io::{Read, Write},
+        net::TcpStream,
+    };
+
+    use std::sync::atomic::AtomicUsize;
+
+    use axum::routing::get;
+    use tokio::sync::Notify;
+
+    use super::*;
+
+    /// What the test server's `/held` does: counts its requests in `entered`, then waits for
+    /// `release`.
+    #[derive(Clone, Default)]
+    struct Held {
+        entered: Arc<AtomicUsize>,
+        release: Arc<Notify>,
+    }
+
+    /// A server on a free loopback port with `limits` and a `/held` route; returns its address.
+    fn start(limits: HttpLimits, held: Held, rejected: Arc<HttpRejections>) -> String {
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = std_listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async move {
+                    std_listener.set_nonblocking(true).unwrap();
+                    let listener = TcpListener::from_std(std_listener).unwrap();
+                    let limited = limit_requests(
+                        Router::new().route(
+                            "/held",
+                            get(move || async move {
+                                held.entered.fetch_add(1, Ordering::SeqCst);
+                                held.release.notified().await;
+                                "released"
+                            }),
+                        ),
+                        &limits,
+                        rejected.clone(),
+                    );
+                    let router = limit_uri(
+                        Router::new()
+                            .route("/free", get(|| async { "free" }))
+                            .merge(limited),
+                        &limits,
+                        rejected.clone(),
+                    );
+                    serve(listener, router, &limits, rejected, std::future::pending()).await;
+                });
+        });
+        addr
+    }
+
+    fn get_status(addr: &str, path: &str) -> u16 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out.split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no status line: {out:?}"))
+    }
+
+    /// Whether the server closes `s` (EOF or reset) within `within`.
+    fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+        s.set_read_timeout(Some(within)).unwrap();
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) => true,
+            Ok(_) => true, // an error response, then the close
+            Err(e) => e.kind() == io::ErrorKind::ConnectionReset,
+        }
+    }
+
+    #[test]
+    fn requests_beyond_max_requests_get_503_at_once() {
+        let held = Held::default();
+        let rejected = Arc::new(HttpRejections::default());
+        let limits = HttpLimits {
+            max_requests: 1,
+            ..HttpLimits::default()
+        };
+        let addr = start(limits, held.clone(), rejected.clone());
+        let entered = |n: usize| {
+            let t = Instant::now();
+            while held.entered.load(Ordering::SeqCst) < n {
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "request {n} never served"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let first = {
+            let addr = addr.clone();
+            std::thread::spawn(move || get_status(&addr, "/held"))
+        };
+        entered(1);
+        // The only slot is taken: refused at once, not queued.
+        let t = Instant::now();
+        assert_eq!(get_status(&addr, "/held"), 503);
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert_eq!(rejected.max_requests.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            get_status(&addr, "/free"),
+            200,
+            "unlimited routes still served"
+        );
+        held.release.notify_one();
+        assert_eq!(first.join().unwrap(), 200);
+        // The slot is free again (the permit went with the response).
+        let again = {
+            let addr = addr.clone();
+            std::thread::spawn(move || get_status(&addr, "/held"))
+        };
+        entered(2);
+        held.release.notify_one();
+        assert_eq!(again.join().unwrap(), 200);
+        assert_eq!(rejected.max_requests.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn connections_beyond_max_connections_are_closed() {
+        let rejected = Arc::new(HttpRejections::default());
+        let limits = HttpLimits {
+            max_connections: 3,
+            max_requests: 3,
+            header_read_timeout: Duration::from_secs(30),
+            ..HttpLimits::default()
+        };
+        let addr = start(limits, Held::default(), rejected.clone());
+        let idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let mut extra = TcpStream::connect(&addr).unwrap();
+        assert!(
+            closed_within(&mut extra, Duration::from_secs(5)),
+            "4th connection kept"
+        );
+        assert_eq!(rejected.max_connections.load(Ordering::Relaxed), 1);
+        drop(idle);
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            get_status(&addr, "/free"),
+            200,
+            "served again once they closed"
+        );
+    }
+
+    #[test]
+    fn header_read_timeout_closes_idle_and_slow_connections() {
+        let rejected = Arc::new(HttpRejections::default());
+        let limits = HttpLimits {
+            header_read_timeout: Duration::from_millis(500),
+            ..HttpLimits::default()
+        };
+        let addr = start(limits, Held::default(), rejected);
+        let t = Instant::now();
+        let mut idle = TcpStream::connect(&addr).unwrap();
+        let mut slow = TcpStream::connect(&addr).unwrap();
+        slow.write_all(b"GET /free HTTP/1.1\r\nHo").unwrap();
+        assert!(closed_within(&mut idle, Duration::from_secs(5)));
+        assert!(closed_within(&mut slow, Duration::from_secs(5)));
+        let e = t.elapsed();
+        assert!(
+            e >= Duration::from_millis(450) && e < Duration::from_secs(3),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn long_request_targets_get_414() {
+        let rejected = Arc::new(HttpRejections::default());
+        let limits = HttpLimits {
+            max_uri_bytes: 100,
+            ..HttpLimits::default()
+        };
+        let addr = start(limits, Held::default(), rejected.clone());
+        assert_eq!(get_status(&addr, &format!("/free?{}", "a".repeat(95))), 414);
+        assert_eq!(get_status(&addr, &format!("/free?{}", "a".repeat(94))), 200);
+        assert_eq!(rejected.uri_too_long.load(Ordering::Relaxed), 1);
+        // A head beyond MAX_HEAD_BYTES (a large header): hyper answers 431.
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let big = "a".repeat(2 * MAX_HEAD_BYTES);
+        let _ = write!(s, "GET /free HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n");
+        let mut out = [0u8; 12];
+        let _ = s.read(&mut out);
+        assert!(
+            out.starts_with(b"HTTP/1.1 431"),
+            "{:?}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+}
