@@ -17,6 +17,12 @@ use crate::labels::ClassInfo;
 pub const INTERVAL_NS: u64 = 10_000_000_000;
 /// How far back `since` may reach (ns): 15 minutes.
 pub const KEEP_NS: u64 = 15 * 60 * 1_000_000_000;
+/// Snapshots younger than this (ns) are all kept (10 s resolution); older ones are thinned to
+/// one per [`COARSE_NS`], so the windows hold 12 + 13 snapshots instead of 90 (each is ~100 KB
+/// with a few busy disks: the windows' memory reaches its plateau after 2 minutes, not 15).
+pub const FINE_NS: u64 = 2 * 60 * 1_000_000_000;
+/// Spacing (ns) of the snapshots older than [`FINE_NS`]: 1 minute.
+pub const COARSE_NS: u64 = 60 * 1_000_000_000;
 
 /// One stage's cumulative histogram, sparse: (bucket, count) for non-empty buckets, and the sum.
 #[derive(Clone, Debug, Default)]
@@ -110,8 +116,9 @@ pub fn percentile(counts: &[u64], q: f64) -> f64 {
 }
 
 impl HistogramWindows {
-    /// Records `snap` taken at `now_ns` if the last one is older than [`INTERVAL_NS`], and drops
-    /// snapshots older than [`KEEP_NS`] (keeping one just beyond, to answer `since=15m`).
+    /// Records `snap` taken at `now_ns` if the last one is older than [`INTERVAL_NS`], thins
+    /// those older than [`FINE_NS`] to one per [`COARSE_NS`], and drops snapshots older than
+    /// [`KEEP_NS`] (keeping one just beyond, to answer `since=15m`).
     pub fn record(&mut self, now_ns: u64, snap: &Snapshot) {
         if self
             .snaps
@@ -124,6 +131,15 @@ impl HistogramWindows {
         while self.snaps.len() > 2 && now_ns - self.snaps[1].0 > KEEP_NS {
             self.snaps.pop_front();
         }
+        // Keep an old snapshot only if it is at least COARSE_NS after the previous one kept.
+        let mut last_kept: Option<u64> = None;
+        self.snaps.retain(|(t, _)| {
+            let keep = now_ns - t <= FINE_NS || last_kept.is_none_or(|k| t - k >= COARSE_NS);
+            if keep {
+                last_kept = Some(*t);
+            }
+            keep
+        });
     }
 
     /// Oldest time (ns) a window can start at.
@@ -208,7 +224,38 @@ mod tests {
         bucket_index, bucket_lower_seconds, bucket_upper_seconds, NBUCKETS,
     };
 
-    use super::percentile;
+    use super::{percentile, HistogramWindows, COARSE_NS, FINE_NS, INTERVAL_NS, KEEP_NS};
+    use crate::collect::snapshot::Snapshot;
+
+    /// 20 minutes of 10 s snapshots: all of the last 2 minutes kept, older ones at least 1
+    /// minute apart, the oldest still reaching back 15 minutes, at most 12 + 13 + 2 kept.
+    #[test]
+    fn old_snapshots_are_thinned_to_one_a_minute() {
+        let mut w = HistogramWindows::default();
+        let snap = Snapshot::default();
+        let start = 1_000 * INTERVAL_NS;
+        let mut now = start;
+        while now < start + 20 * 60 * 1_000_000_000 {
+            w.record(now, &snap);
+            now += INTERVAL_NS;
+        }
+        let now = now - INTERVAL_NS;
+        let times: Vec<u64> = w.snaps.iter().map(|(t, _)| *t).collect();
+        assert!(times.len() <= 27, "{} snapshots kept", times.len());
+        let fine = times.iter().filter(|t| now - **t <= FINE_NS).count() as u64;
+        assert_eq!(
+            fine,
+            FINE_NS / INTERVAL_NS + 1,
+            "every snapshot of the last 2 minutes"
+        );
+        let old: Vec<u64> = times
+            .iter()
+            .copied()
+            .filter(|t| now - t > FINE_NS)
+            .collect();
+        assert!(old.windows(2).all(|p| p[1] - p[0] >= COARSE_NS), "{old:?}");
+        assert!(now - times[0] >= KEEP_NS, "since=15m still answerable");
+    }
 
     /// Latencies spread log-uniformly over 1 µs … 1 s (a fixed LCG, so the run is repeatable).
     fn samples(n: usize) -> Vec<u64> {
