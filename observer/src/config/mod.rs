@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! listen = "127.0.0.1:9617"          # HTTP address for /metrics and the API
+//! web_config_file = "/etc/observer/web-config.yml"  # TLS and basic auth (exporter-toolkit format)
 //! host_root = "/host"                # in a container: the host's /proc, /dev, /sys/fs/cgroup are under it
 //!
 //! [devices]
@@ -31,9 +32,11 @@
 
 mod filter;
 mod stalls;
+pub mod web;
 
 pub use filter::DeviceFilter;
 pub use stalls::{StageThresholds, Stalls};
+pub use web::{LiveWebConfig, WebConfig};
 
 use std::{net::SocketAddr, path::Path};
 
@@ -61,6 +64,15 @@ pub enum ConfigError {
         /// toml's message, with the key and location.
         message: String,
     },
+    /// The web configuration file (`web_config_file`): unreadable, unknown key, bad value, or a
+    /// certificate, key or bcrypt hash that cannot be used.
+    #[error("web config file {path}: {problem}")]
+    Web {
+        /// The web configuration file.
+        path: String,
+        /// What is wrong (naming the key) and what to do.
+        problem: String,
+    },
     /// A value that parsed but makes no sense.
     #[error("config key `{key}`: {problem}")]
     Invalid {
@@ -83,6 +95,10 @@ pub struct Config {
     /// cgroup paths are resolved under `<host_root>/sys/fs/cgroup`. Unset: the daemon's own
     /// `/proc/self/mountinfo`, `/dev` and `/sys/fs/cgroup`.
     pub host_root: Option<std::path::PathBuf>,
+    /// TLS and HTTP basic authentication for every endpoint: a YAML file in the format of
+    /// Prometheus exporter-toolkit's web configuration file ([`web`]). Unset: plain HTTP, no
+    /// authentication. Read at startup and again on every reload.
+    pub web_config_file: Option<std::path::PathBuf>,
     /// Which devices are exported.
     pub devices: Devices,
     /// Exported histogram buckets.
@@ -163,6 +179,7 @@ impl Default for Config {
         Self {
             listen: DEFAULT_LISTEN.parse().expect("valid default"),
             host_root: None,
+            web_config_file: None,
             devices: Devices::default(),
             histogram: Histogram::default(),
             maps: MapSizes::default(),
@@ -208,6 +225,15 @@ impl Config {
         })?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Reads the web configuration file named by `web_config_file`, if any, with everything it
+    /// names (certificates, keys, bcrypt hashes).
+    pub fn load_web_config(&self) -> Result<Option<WebConfig>, ConfigError> {
+        self.web_config_file
+            .as_deref()
+            .map(WebConfig::load)
+            .transpose()
     }
 
     /// Checks values that parse but are unusable.
