@@ -464,6 +464,18 @@ mod tests {
         );
         assert_eq!((c.http.max_connections, c.http.max_requests), (100, 4));
         assert_eq!(c.http.max_uri_bytes, 2048);
+        let c = Config::from_toml("web_config_file = \"/etc/observer/web.yml\"", "t").unwrap();
+        assert_eq!(
+            c.web_config_file.as_deref(),
+            Some(std::path::Path::new("/etc/observer/web.yml"))
+        );
+        let e = Config::from_toml("web_config_file = 1", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key `web_config_file` (line 1)"), "{e}");
+        let e = c.load_web_config().unwrap_err();
+        assert!(matches!(e, ConfigError::Web { .. }), "{e}");
+        assert!(Config::default().load_web_config().unwrap().is_none());
         let c = Config::from_toml("host_root = \"/host\"", "t").unwrap();
         assert_eq!(c.host_root.as_deref(), Some(std::path::Path::new("/host")));
     }

@@ -262,7 +262,7 @@ fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, 
         .map_err(|e| format!("{what}: not PEM certificates: {e}"))?;
     if certs.is_empty() {
         return Err(format!(
-            "{what}: no certificate in it (expected PEM blocks `-----BEGIN CERTIFICATE-----`)"
+            "{what}: no certificate in it (expected PEM `BEGIN CERTIFICATE` blocks)"
         ));
     }
     Ok(certs)
@@ -423,7 +423,7 @@ fn server_config(spec: &TlsSpec, dir: &Path) -> Result<Option<(ServerConfig, Cli
         )?;
     let chain = certificates(&cert_pem, &cert_what)?;
     let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-        format!("{key_what}: no usable private key in it ({e}); expected PEM `-----BEGIN PRIVATE KEY-----`, `RSA PRIVATE KEY` or `EC PRIVATE KEY`, unencrypted")
+        format!("{key_what}: no usable private key in it ({e}); expected an unencrypted PEM `BEGIN PRIVATE KEY`, `BEGIN RSA PRIVATE KEY` or `BEGIN EC PRIVATE KEY` block")
     })?;
 
     let type_name = spec.client_auth_type.as_deref().unwrap_or("");
@@ -590,5 +590,239 @@ impl WebConfig {
             users: users(spec.basic_auth_users)?,
             headers: headers(spec.http_server_config)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+        IsCa, KeyPair,
+    };
+
+    /// A directory with `ca.pem`, `server.pem`/`server.key` (signed by it, for 127.0.0.1) and
+    /// `other.key` (a key of no certificate here). Removed on drop.
+    struct Files(PathBuf);
+
+    impl Files {
+        fn new() -> Self {
+            static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "blkobs-webcfg-{}-{}",
+                std::process::id(),
+                SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+            ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            ca.distinguished_name.push(DnType::CommonName, "test CA");
+            let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+            let mut server = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+            server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+            let key = KeyPair::generate().unwrap();
+            let cert = server.signed_by(&key, &ca).unwrap();
+            std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+            std::fs::write(dir.join("server.pem"), cert.pem()).unwrap();
+            std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+            let other = KeyPair::generate().unwrap();
+            std::fs::write(dir.join("other.key"), other.serialize_pem()).unwrap();
+            Self(dir)
+        }
+
+        fn parse(&self, yaml: &str) -> Result<WebConfig, String> {
+            WebConfig::from_yaml(yaml, &self.0, &self.0.join("web.yml"))
+        }
+
+        fn err(&self, yaml: &str) -> String {
+            match self.parse(yaml) {
+                Ok(w) => panic!("accepted: {w:?}\n{yaml}"),
+                Err(e) => e,
+            }
+        }
+    }
+
+    impl Drop for Files {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const TLS: &str = "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n";
+
+    #[test]
+    fn loads_tls_client_auth_users_and_headers() {
+        let f = Files::new();
+        let hash = bcrypt::hash("pw", 4).unwrap();
+        let w = f
+            .parse(&format!(
+                "{TLS}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n  min_version: TLS13\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519, CurveP256]\nhttp_server_config:\n  http2: false\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  prometheus: {hash}\n"
+            ))
+            .unwrap();
+        let tls = w.tls.as_ref().expect("TLS");
+        assert_eq!(w.client_auth, ClientAuth::RequireAndVerifyClientCert);
+        assert_eq!(tls.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        assert_eq!(w.users.len(), 1);
+        assert_eq!(w.headers.len(), 1);
+        assert_eq!(w.headers[0].0, "x-frame-options");
+        // Inline PEM works as the files do; every client_auth_type is accepted.
+        let cert = std::fs::read_to_string(f.0.join("server.pem")).unwrap();
+        let key = std::fs::read_to_string(f.0.join("server.key")).unwrap();
+        let indent = |s: &str| s.replace('\n', "\n    ");
+        for auth in [
+            "NoClientCert",
+            "RequestClientCert",
+            "RequireAnyClientCert",
+            "VerifyClientCertIfGiven",
+        ] {
+            let ca = if auth == "NoClientCert" {
+                ""
+            } else {
+                "  client_ca_file: ca.pem\n"
+            };
+            let w = f
+                .parse(&format!(
+                    "tls_server_config:\n  cert: |\n    {}\n  key: |\n    {}\n  client_auth_type: {auth}\n{ca}",
+                    indent(&cert),
+                    indent(&key)
+                ))
+                .unwrap();
+            assert!(w.tls.is_some());
+            assert_eq!(w.client_auth.to_string(), auth);
+        }
+    }
+
+    #[test]
+    fn empty_files_and_sections_mean_plain_http() {
+        let f = Files::new();
+        for yaml in ["", "# nothing\n", "tls_server_config:\nbasic_auth_users:\n"] {
+            let w = f.parse(yaml).unwrap();
+            assert!(w.tls.is_none() && w.users.is_empty(), "{yaml:?}");
+        }
+        let w = f
+            .parse("tls_server_config:\n  cert_file: \"\"\n  key_file: \"\"\n")
+            .unwrap();
+        assert!(w.tls.is_none());
+    }
+
+    #[test]
+    fn errors_name_the_key_and_say_what_to_do() {
+        let f = Files::new();
+        let cases: &[(&str, &[&str])] = &[
+            ("tls_server_confg: {}\n", &["tls_server_confg"]),
+            (&format!("{TLS}  cert_flie: x\n"), &["cert_flie"]),
+            (
+                "tls_server_config:\n  cert_file: server.pem\n",
+                &["missing one of key or key_file"],
+            ),
+            (
+                "tls_server_config:\n  cert_file: nope.pem\n  key_file: server.key\n",
+                &["tls_server_config.cert_file", "nope.pem", "No such file"],
+            ),
+            (
+                "tls_server_config:\n  cert_file: server.key\n  key_file: server.key\n",
+                &["tls_server_config.cert_file", "no certificate"],
+            ),
+            (
+                "tls_server_config:\n  cert_file: server.pem\n  key_file: server.pem\n",
+                &["tls_server_config.key_file", "private key"],
+            ),
+            (
+                "tls_server_config:\n  cert_file: server.pem\n  key_file: other.key\n",
+                &["cannot be used together", "the key must be the certificate's"],
+            ),
+            (
+                &format!("{TLS}  client_ca_file: ca.pem\n"),
+                &["NoClientCert", "RequireAndVerifyClientCert"],
+            ),
+            (
+                &format!("{TLS}  client_auth_type: RequireAndVerifyClientCert\n"),
+                &["needs client_ca_file"],
+            ),
+            (
+                &format!("{TLS}  client_auth_type: Mandatory\n"),
+                &["client_auth_type", "Mandatory", "RequireAndVerifyClientCert"],
+            ),
+            (
+                &format!("{TLS}  min_version: TLS10\n"),
+                &["min_version", "TLS12 or TLS13"],
+            ),
+            (
+                &format!("{TLS}  min_version: TLS13\n  max_version: TLS12\n"),
+                &["min_version is above max_version"],
+            ),
+            (
+                &format!("{TLS}  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n"),
+                &["cipher_suites", "TLS_RSA_WITH_RC4_128_SHA", "TLS_ECDHE_"],
+            ),
+            (
+                &format!("{TLS}  curve_preferences: [CurveP521]\n"),
+                &["curve_preferences", "CurveP521"],
+            ),
+            (
+                &format!("{TLS}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n  client_allowed_sans: [a]\n"),
+                &["client_allowed_sans", "client_ca_file"],
+            ),
+            (
+                "rate_limit:\n  interval: 1s\n  burst: 5\n",
+                &["rate_limit", "max_requests"],
+            ),
+            (
+                "basic_auth_users:\n  prometheus: hunter2\n",
+                &["basic_auth_users.prometheus", "not a bcrypt hash", "htpasswd"],
+            ),
+            (
+                "http_server_config:\n  headers:\n    Server: x\n",
+                &["http_server_config.headers", "Server"],
+            ),
+            (
+                "http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
+                &["X-Frame-Options", "deny"],
+            ),
+            ("basic_auth_users: [a, b]\n", &["basic_auth_users"]),
+        ];
+        for (yaml, want) in cases {
+            let e = f.err(yaml);
+            for w in *want {
+                assert!(e.contains(w), "{yaml:?}: {e:?} lacks {w:?}");
+            }
+            // Nothing of the files' contents (keys!) is quoted.
+            assert!(!e.contains("-----"), "{e}");
+        }
+        // Through the file: unreadable file names the file.
+        let e = WebConfig::load(&f.0.join("missing.yml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("web config file") && e.contains("missing.yml"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn warns_about_plain_http_beyond_loopback() {
+        let f = Files::new();
+        let any: SocketAddr = "0.0.0.0:9617".parse().unwrap();
+        let lo: SocketAddr = "127.0.0.1:9617".parse().unwrap();
+        let tls = f.parse(TLS).unwrap();
+        let auth_only = f
+            .parse(&format!(
+                "basic_auth_users:\n  p: {}\n",
+                bcrypt::hash("x", 4).unwrap()
+            ))
+            .unwrap();
+        assert!(exposure_warning(lo, None).is_none());
+        assert!(exposure_warning(any, Some(&tls)).is_none());
+        let w = exposure_warning(any, None).unwrap();
+        assert!(
+            w.contains("--web.config.file") && w.contains("0.0.0.0:9617"),
+            "{w}"
+        );
+        let w = exposure_warning(any, Some(&auth_only)).unwrap();
+        assert!(
+            w.contains("clear text") && w.contains("tls_server_config"),
+            "{w}"
+        );
     }
 }

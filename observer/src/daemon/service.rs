@@ -240,6 +240,8 @@ mod tests {
         b.devices.include = vec!["vd*".into()];
         b.histogram.buckets = vec![0.001, 0.1];
         assert!(restart_required_keys(&a, &b).is_empty());
+        b.web_config_file = Some("/etc/observer/web.yml".into());
+        assert!(restart_required_keys(&a, &b).is_empty(), "reloadable");
         b.listen = "127.0.0.1:1".parse().unwrap();
         b.maps.inflight_entries = 128;
         assert_eq!(
