@@ -173,7 +173,14 @@ fn unit_syscall_allow_list(unit: &str) -> BTreeSet<String> {
 
 #[test]
 fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
-    if !require_root_and(&["systemd-analyze", "strace", "setpriv", "losetup", "dd"]) {
+    if !require_root_and(&[
+        "systemd-analyze",
+        "strace",
+        "setpriv",
+        "losetup",
+        "dd",
+        "curl",
+    ]) {
         return;
     }
     let unit = read(UNIT);
@@ -192,6 +199,24 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
     let bin = observer_copy_for_any_user(&dir);
     let dev = LoopDev::kernel_scheduler(32);
     let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    // Served as it would be beyond loopback: TLS, client certificates and basic auth (the web
+    // config file), so that the TLS handshake, certificate checks and bcrypt run under strace.
+    let pki = Pki::new();
+    let web = pki.web_config(&format!(
+        "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\nbasic_auth_users:\n  prometheus: {}\n",
+        bcrypt_hash("scrape")
+    ));
+    let (cert, key) = (pki.path("client.pem"), pki.path("client.key"));
+    let client = [
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "-u",
+        "prometheus:scrape",
+    ];
+    let scrape = |addr: &str| curl_https(&pki, addr, "/metrics", &client);
     let trace = dir.join("trace");
     let mut cmd = Command::new("strace");
     cmd.args(["-f", "-qq", "-o"]).arg(&trace).args([
@@ -204,13 +229,18 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         "--ambient-caps=-all,+bpf,+perfmon",
         "--bounding-set=-all,+bpf,+perfmon",
     ]);
-    cmd.arg(&bin).args([
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--device",
-        &dev.name,
-    ]);
-    let mut strace = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
+    cmd.arg(&bin)
+        .args([
+            "--listen",
+            &addr,
+            "--device",
+            &dev.name,
+            "--web.config.file",
+        ])
+        .arg(&web);
+    let mut strace = Daemon::spawn_until(cmd, addr.clone(), &dir.join("observer.log"), |a| {
+        scrape(a).status == 200
+    });
     let children =
         std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", strace.pid())).unwrap();
     let pid: i32 = children
@@ -220,16 +250,21 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         .parse()
         .unwrap();
 
-    // Exercise what the service does: serve scrapes under I/O, reload, stop.
+    // Exercise what the service does: serve scrapes under I/O (and refuse plain HTTP and wrong
+    // passwords), reload (the web config file too), stop.
     dev.write_direct(0, 16);
-    let body = http_get(&format!("http://127.0.0.1:{port}/metrics")).unwrap();
+    let r = scrape(&addr);
+    assert_eq!(r.status, 200, "{r:?}");
     assert!(
-        body.contains(&dev.name),
+        r.body.contains(&dev.name),
         "device not in metrics under strace"
     );
+    assert_eq!(http(&format!("http://{addr}/metrics")).unwrap().0, 400);
+    let wrong = curl_https(&pki, &addr, "/metrics", &client[..4]);
+    assert_eq!(wrong.status, 401, "{wrong:?}");
     unsafe { libc::kill(pid, libc::SIGHUP) };
     std::thread::sleep(Duration::from_millis(500));
-    http_get(&format!("http://127.0.0.1:{port}/metrics")).unwrap();
+    assert_eq!(scrape(&addr).status, 200);
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let st = strace
         .wait_timeout(Duration::from_secs(30))
