@@ -800,6 +800,36 @@ mod tests {
         );
     }
 
+    /// The example in docs/operations.md "Securing the endpoint" loads (with this PKI's files
+    /// where it names its own), and its hash is of the password its comment says.
+    #[test]
+    fn the_documented_example_loads() {
+        let f = Files::new();
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/operations.md"
+        ))
+        .unwrap();
+        let section = doc.split("## Securing the endpoint").nth(1).unwrap();
+        let yaml = section
+            .split("```yaml\n")
+            .nth(1)
+            .and_then(|s| s.split("```").next())
+            .unwrap();
+        std::fs::create_dir(f.0.join("tls")).unwrap();
+        for (from, to) in [
+            ("server.pem", "observer.crt"),
+            ("server.key", "observer.key"),
+            ("ca.pem", "clients-ca.crt"),
+        ] {
+            std::fs::copy(f.0.join(from), f.0.join("tls").join(to)).unwrap();
+        }
+        let w = f.parse(yaml).unwrap();
+        assert!(w.tls.is_some(), "{yaml}");
+        assert_eq!(w.client_auth, ClientAuth::RequireAndVerifyClientCert);
+        assert!(bcrypt::verify("change me", &w.users["prometheus"]).unwrap());
+    }
+
     #[test]
     fn warns_about_plain_http_beyond_loopback() {
         let f = Files::new();
