@@ -168,12 +168,14 @@ where
         if let Some(warning) = web::exposure_warning(current.listen, web.as_ref()) {
             warn!("{warning}");
         }
-        info!(
-            web_config_file = ?new.web_config_file,
-            tls = web.as_ref().is_some_and(|w| w.tls.is_some()),
-            basic_auth_users = web.as_ref().map_or(0, |w| w.users.len()),
-            "web configuration reloaded: new connections and requests use it"
-        );
+        if web.is_some() || self.state.web.get().is_some() {
+            info!(
+                web_config_file = ?new.web_config_file,
+                tls = web.as_ref().is_some_and(|w| w.tls.is_some()),
+                basic_auth_users = web.as_ref().map_or(0, |w| w.users.len()),
+                "web configuration reloaded: new connections and requests use it"
+            );
+        }
         self.state.web.set(web);
         info!(
             include = ?new.devices.include,

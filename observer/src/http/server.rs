@@ -135,18 +135,18 @@ enum HandshakeError {
 const PLAIN_HTTP_BODY: &str =
     "This server speaks HTTPS only (tls_server_config in the web config file): use https:// instead.\n";
 
-/// The TLS handshake on `stream` within `timeout`. A connection whose first byte is not a TLS
-/// handshake record is closed; if it looks like an HTTP request, after a 400 saying to use
-/// `https://`.
+/// The TLS handshake on `stream` within `timeout`; `None` if the client closed without sending
+/// anything (a TCP probe: not an error). A connection whose first byte is not a TLS handshake
+/// record is closed; if it looks like an HTTP request, after a 400 saying to use `https://`.
 async fn handshake(
     acceptor: TlsAcceptor,
     stream: TcpStream,
     timeout: Duration,
-) -> Result<TlsStream<TcpStream>, HandshakeError> {
+) -> Result<Option<TlsStream<TcpStream>>, HandshakeError> {
     let work = async move {
         let mut first = [0u8; 1];
         if stream.peek(&mut first).await? == 0 {
-            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+            return Ok(None);
         }
         // 0x16: a TLS handshake record (the ClientHello).
         if first[0] != 0x16 {
@@ -156,7 +156,7 @@ async fn handshake(
             }
             return Err(HandshakeError::NotTls(first[0]));
         }
-        Ok(acceptor.accept(stream).await?)
+        Ok(Some(acceptor.accept(stream).await?))
     };
     tokio::time::timeout(timeout, work)
         .await
@@ -259,7 +259,8 @@ pub async fn serve(
         let timeout = limits.header_read_timeout;
         tokio::spawn(async move {
             match handshake(acceptor, stream, timeout).await {
-                Ok(tls) => {
+                Ok(None) => debug!(%peer, "closed before a TLS handshake"),
+                Ok(Some(tls)) => {
                     let conn = watcher.watch(http.serve_connection(TokioIo::new(tls), service));
                     if let Err(e) = conn.await {
                         debug!(%peer, error = %e, "HTTPS connection ended");
@@ -311,6 +312,16 @@ mod tests {
 
     /// A server on a free loopback port with `limits` and a `/held` route; returns its address.
     fn start(limits: HttpLimits, held: Held, rejected: Arc<HttpRejections>) -> String {
+        start_with(limits, held, rejected, Arc::default())
+    }
+
+    /// As [`start`], with the web configuration `web` (TLS).
+    fn start_with(
+        limits: HttpLimits,
+        held: Held,
+        rejected: Arc<HttpRejections>,
+        web: Arc<LiveWebConfig>,
+    ) -> String {
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = std_listener.local_addr().unwrap().to_string();
         std::thread::spawn(move || {
@@ -345,7 +356,7 @@ mod tests {
                         router,
                         &limits,
                         rejected,
-                        Arc::default(),
+                        web,
                         std::future::pending(),
                     )
                     .await;
@@ -499,5 +510,114 @@ mod tests {
             "{:?}",
             String::from_utf8_lossy(&out)
         );
+    }
+
+    /// A web configuration with TLS for 127.0.0.1 (a fresh self-signed certificate), and a
+    /// rustls client trusting it.
+    fn tls_pair() -> (LiveWebConfig, Arc<rustls::ClientConfig>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let indent = |pem: String| pem.trim_end().replace('\n', "\n    ");
+        let yaml = format!(
+            "tls_server_config:\n  cert: |\n    {}\n  key: |\n    {}\n",
+            indent(cert.pem()),
+            indent(key.serialize_pem())
+        );
+        let web = crate::config::WebConfig::from_yaml(
+            &yaml,
+            std::path::Path::new("."),
+            std::path::Path::new("web.yml"),
+        )
+        .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        (LiveWebConfig::new(Some(web)), Arc::new(client))
+    }
+
+    /// GET `path` over TLS; the status.
+    fn get_tls_status(addr: &str, client: &Arc<rustls::ClientConfig>, path: &str) -> u16 {
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let conn = rustls::ClientConnection::new(client.clone(), name).unwrap();
+        let tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        write!(
+            tls,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = tls.read_to_string(&mut out);
+        out.split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn tls_handshakes_are_bounded_and_plain_http_gets_400() {
+        let rejected = Arc::new(HttpRejections::default());
+        let limits = HttpLimits {
+            header_read_timeout: Duration::from_millis(500),
+            max_connections: 2,
+            ..HttpLimits::default()
+        };
+        let (web, client) = tls_pair();
+        let addr = start_with(limits, Held::default(), rejected.clone(), Arc::new(web));
+        // The count follows the close by a moment.
+        let counted = |n: u64| {
+            let t = Instant::now();
+            while rejected.tls_handshake.load(Ordering::Relaxed) != n {
+                assert!(
+                    t.elapsed() < Duration::from_secs(2),
+                    "tls_handshake = {}, not {n}",
+                    rejected.tls_handshake.load(Ordering::Relaxed)
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        assert_eq!(get_tls_status(&addr, &client, "/free"), 200);
+        // A TCP probe (connect, close) is not a failed handshake.
+        drop(TcpStream::connect(&addr).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(rejected.tls_handshake.load(Ordering::Relaxed), 0);
+        // Plain HTTP gets a 400 that says what to do.
+        let mut plain = TcpStream::connect(&addr).unwrap();
+        plain
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(plain, "GET /free HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        let _ = plain.read_to_string(&mut out);
+        assert!(
+            out.starts_with("HTTP/1.1 400 ") && out.contains("use https://"),
+            "{out:?}"
+        );
+        counted(1);
+        // Connections that never finish a handshake hold their slot only for
+        // header_read_timeout, then the slots serve again.
+        let t = Instant::now();
+        let mut idle = TcpStream::connect(&addr).unwrap();
+        let mut slow = TcpStream::connect(&addr).unwrap();
+        slow.write_all(&[0x16, 0x03, 0x01]).unwrap();
+        assert!(closed_within(&mut idle, Duration::from_secs(5)));
+        assert!(closed_within(&mut slow, Duration::from_secs(5)));
+        let e = t.elapsed();
+        assert!(
+            e >= Duration::from_millis(450) && e < Duration::from_secs(3),
+            "{e:?}"
+        );
+        counted(3);
+        assert_eq!(get_tls_status(&addr, &client, "/free"), 200);
     }
 }
