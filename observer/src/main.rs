@@ -54,7 +54,16 @@ struct Cli {
     /// `http.max_uri_bytes`.
     #[arg(long, value_name = "BYTES")]
     max_uri_bytes: Option<usize>,
-    /// Check the configuration and exit.
+    /// TLS and basic auth for every endpoint: a YAML file in the format of Prometheus
+    /// exporter-toolkit's web configuration file (tls_server_config, basic_auth_users; see
+    /// docs/operations.md "Securing the endpoint"). Overrides `web_config_file`.
+    #[arg(
+        long = "web.config.file",
+        value_name = "PATH",
+        env = "OBSERVER_WEB_CONFIG_FILE"
+    )]
+    web_config_file: Option<PathBuf>,
+    /// Check the configuration (and the web config file) and exit.
     #[arg(long)]
     check_config: bool,
 }
@@ -115,6 +124,9 @@ fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
     if !cli.exclude.is_empty() {
         cfg.devices.exclude = cli.exclude.clone();
     }
+    if let Some(w) = &cli.web_config_file {
+        cfg.web_config_file = Some(w.clone());
+    }
     if let Some(b) = &cli.buckets {
         cfg.histogram.buckets = b.clone();
     }
@@ -165,8 +177,8 @@ fn main() -> ExitCode {
             }
         };
     }
-    let cfg = match load_config(&cli) {
-        Ok(c) => c,
+    let (cfg, web) = match load_config(&cli).and_then(|c| Ok((c.load_web_config()?, c))) {
+        Ok((web, c)) => (c, web),
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
@@ -176,7 +188,7 @@ fn main() -> ExitCode {
         println!("configuration OK");
         return ExitCode::SUCCESS;
     }
-    match daemon::run(cfg, move || load_config(&cli)) {
+    match daemon::run(cfg, web, move || load_config(&cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -18,14 +18,14 @@ use crate::{
         reaper::{Reaped, Reaper},
         windows::HistogramWindows,
     },
-    config::DeviceFilter,
+    config::{DeviceFilter, LiveWebConfig},
     disks::KnownDisks,
     exposition::{BucketMap, ProcessMetrics},
     fslog::FsLogState,
 };
 
-/// HTTP requests and connections refused by the `[http]` limits, by reason (for
-/// `blkobs_http_rejected_total`).
+/// HTTP requests and connections refused by the `[http]` limits or the web configuration, by
+/// reason (for `blkobs_http_rejected_total`).
 #[derive(Debug, Default)]
 pub struct HttpRejections {
     /// Connections closed at once because `max_connections` were open.
@@ -34,11 +34,16 @@ pub struct HttpRejections {
     pub max_requests: AtomicU64,
     /// Requests answered 414: request target longer than `max_uri_bytes`.
     pub uri_too_long: AtomicU64,
+    /// Connections closed because their TLS handshake failed or timed out (plain HTTP to the
+    /// TLS port, no or a wrong client certificate, an untrusted server certificate).
+    pub tls_handshake: AtomicU64,
+    /// Requests answered 401: no or wrong basic auth credentials.
+    pub unauthorized: AtomicU64,
 }
 
 impl HttpRejections {
     /// (reason label, count) for each reason.
-    pub fn counts(&self) -> [(&'static str, u64); 3] {
+    pub fn counts(&self) -> [(&'static str, u64); 5] {
         [
             (
                 "max_connections",
@@ -46,6 +51,8 @@ impl HttpRejections {
             ),
             ("max_requests", self.max_requests.load(Ordering::Relaxed)),
             ("uri_too_long", self.uri_too_long.load(Ordering::Relaxed)),
+            ("tls_handshake", self.tls_handshake.load(Ordering::Relaxed)),
+            ("unauthorized", self.unauthorized.load(Ordering::Relaxed)),
         ]
     }
 }
@@ -81,8 +88,10 @@ pub struct AppState {
     pub windows: Mutex<HistogramWindows>,
     /// The last filesystem log discovery (see [`crate::fslog`]).
     pub fslog: Arc<FsLogState>,
-    /// Requests and connections refused by the `[http]` limits.
+    /// Requests and connections refused by the `[http]` limits and the web configuration.
     pub http_rejected: Arc<HttpRejections>,
+    /// The web configuration in effect (TLS, basic auth); a reload replaces it.
+    pub web: Arc<LiveWebConfig>,
     /// The disks that exist or existed while the daemon ran (what `device=` accepts).
     pub disks: KnownDisks,
     /// The standard `process_*` metrics of the daemon itself.

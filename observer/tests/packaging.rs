@@ -228,6 +228,61 @@ impl NotifySocket {
 /// request slow by config, and a write held at a FUSE-backed disk past the stall threshold, so
 /// a stall episode ends too); SIGHUP; SIGTERM. Every syscall in the trace must be allowed by the
 /// unit's SystemCallFilter= and every socket family by RestrictAddressFamilies=.
+/// The daemon's part of an `strace -f` trace (from its `execve` on): every syscall it made and
+/// the families of the sockets it opened. Asserts the trace is complete (bpf, accept4 seen) and
+/// that all of them pass the unit's filters (`allow`: the expanded SystemCallFilter=,
+/// `families`: RestrictAddressFamilies=). Returns (the trace from the execve on, syscalls used).
+fn audit_trace(
+    trace: &Path,
+    bin: &Path,
+    allow: &BTreeSet<String>,
+    families: &[String],
+) -> (String, BTreeSet<String>) {
+    let text = std::fs::read_to_string(trace).unwrap();
+    let exec = format!("execve(\"{}\"", bin.display());
+    let start = text
+        .find(&exec)
+        .expect("no execve of the daemon in the trace");
+    let text = text[start..].to_string();
+    let mut used = BTreeSet::new();
+    let mut socket_families = BTreeSet::new();
+    for l in text.lines() {
+        let rest = l.split_once(' ').map(|(_, r)| r.trim_start()).unwrap_or("");
+        if let Some(name) = rest.split('(').next().filter(|n| {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        }) {
+            used.insert(name.to_string());
+            if name == "socket" || name == "socketpair" {
+                socket_families.insert(rest.split(['(', ',']).nth(1).unwrap_or("").to_string());
+            }
+        }
+    }
+    assert!(
+        used.contains("bpf") && used.contains("accept4"),
+        "trace looks incomplete: {used:?}"
+    );
+    let blocked: Vec<_> = used.difference(allow).collect();
+    assert!(
+        blocked.is_empty(),
+        "syscalls the unit's SystemCallFilter would block: {blocked:?}"
+    );
+    let bad: Vec<_> = socket_families
+        .iter()
+        .filter(|f| !families.contains(f))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "socket families not in RestrictAddressFamilies={families:?}: {bad:?}"
+    );
+    eprintln!(
+        "{} syscalls used, all allowed; socket families {socket_families:?}: {used:?}",
+        used.len()
+    );
+    (text, used)
+}
+
 #[test]
 fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
     if !require_root_and(&[
@@ -481,32 +536,9 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         dev.name, slow["device_seconds"], ended["duration_seconds"], notify.seen
     );
 
-    let text = std::fs::read_to_string(&trace).unwrap();
-    let exec = format!("execve(\"{}\"", bin.display());
-    let start = text
-        .find(&exec)
-        .expect("no execve of the daemon in the trace");
-    let mut used = BTreeSet::new();
-    let mut socket_families = BTreeSet::new();
-    for l in text[start..].lines() {
-        let rest = l.split_once(' ').map(|(_, r)| r.trim_start()).unwrap_or("");
-        if let Some(name) = rest.split('(').next().filter(|n| {
-            !n.is_empty()
-                && n.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        }) {
-            used.insert(name.to_string());
-            if name == "socket" || name == "socketpair" {
-                socket_families.insert(rest.split(['(', ',']).nth(1).unwrap_or("").to_string());
-            }
-        }
-    }
-    assert!(
-        used.contains("bpf") && used.contains("accept4"),
-        "trace looks incomplete: {used:?}"
-    );
+    let (text, _) = audit_trace(&trace, &bin, &allow, &families);
     // The superblock was read by the traced process itself: pread64 on the device node.
-    let read_devices: BTreeSet<&str> = text[start..]
+    let read_devices: BTreeSet<&str> = text
         .lines()
         .filter_map(|l| {
             l.split_once("pread64(")?
@@ -523,23 +555,112 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         "no pread64 of /dev/{} in the trace: {read_devices:?}",
         dev.name
     );
-    let blocked: Vec<_> = used.difference(&allow).collect();
+}
+
+/// The same audit with the endpoint protected as it would be beyond loopback: TLS, client
+/// certificates and basic auth from a web config file, so the handshake, certificate checks and
+/// bcrypt run under strace too.
+#[test]
+fn daemon_serving_tls_fits_the_unit_sandbox() {
+    if !require_root_and(&[
+        "systemd-analyze",
+        "strace",
+        "setpriv",
+        "losetup",
+        "dd",
+        "curl",
+    ]) {
+        return;
+    }
+    let unit = read(UNIT);
+    let allow = unit_syscall_allow_list(&unit);
     assert!(
-        blocked.is_empty(),
-        "syscalls the unit's SystemCallFilter would block: {blocked:?}"
+        allow.contains("bpf") && !allow.contains("reboot") && !allow.contains("init_module"),
+        "filter parse"
     );
-    let bad: Vec<_> = socket_families
-        .iter()
-        .filter(|f| !families.contains(f))
+    let families: Vec<String> = directive(&unit, "RestrictAddressFamilies")
+        .join(" ")
+        .split_whitespace()
+        .map(String::from)
         .collect();
+
+    let dir = TempDir::new("blkobs-strace");
+    let bin = observer_copy_for_any_user(&dir);
+    let dev = LoopDev::kernel_scheduler(32);
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    // Served as it would be beyond loopback: TLS, client certificates and basic auth (the web
+    // config file), so that the TLS handshake, certificate checks and bcrypt run under strace.
+    let pki = Pki::new();
+    let web = pki.web_config(&format!(
+        "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\nbasic_auth_users:\n  prometheus: {}\n",
+        bcrypt_hash("scrape")
+    ));
+    let (cert, key) = (pki.path("client.pem"), pki.path("client.key"));
+    let client = [
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "-u",
+        "prometheus:scrape",
+    ];
+    let scrape = |addr: &str| curl_https(&pki, addr, "/metrics", &client);
+    let trace = dir.join("trace");
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-o"]).arg(&trace).args([
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all,+bpf,+perfmon",
+        "--ambient-caps=-all,+bpf,+perfmon",
+        "--bounding-set=-all,+bpf,+perfmon",
+    ]);
+    cmd.arg(&bin)
+        .args([
+            "--listen",
+            &addr,
+            "--device",
+            &dev.name,
+            "--web.config.file",
+        ])
+        .arg(&web);
+    let mut strace = Daemon::spawn_until(cmd, addr.clone(), &dir.join("observer.log"), |a| {
+        scrape(a).status == 200
+    });
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", strace.pid())).unwrap();
+    let pid: i32 = children
+        .split_whitespace()
+        .next()
+        .expect("strace has no child")
+        .parse()
+        .unwrap();
+
+    // Exercise what the service does: serve scrapes under I/O (and refuse plain HTTP and wrong
+    // passwords), reload (the web config file too), stop.
+    dev.write_direct(0, 16);
+    let r = scrape(&addr);
+    assert_eq!(r.status, 200, "{r:?}");
     assert!(
-        bad.is_empty(),
-        "socket families not in RestrictAddressFamilies={families:?}: {bad:?}"
+        r.body.contains(&dev.name),
+        "device not in metrics under strace"
     );
-    eprintln!(
-        "{} syscalls used, all allowed; socket families {socket_families:?}: {used:?}",
-        used.len()
-    );
+    assert_eq!(http(&format!("http://{addr}/metrics")).unwrap().0, 400);
+    let wrong = curl_https(&pki, &addr, "/metrics", &client[..4]);
+    assert_eq!(wrong.status, 401, "{wrong:?}");
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(scrape(&addr).status, 200);
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let st = strace
+        .wait_timeout(Duration::from_secs(30))
+        .expect("daemon under strace did not stop");
+    assert!(st.success(), "{st}");
+
+    audit_trace(&trace, &bin, &allow, &families);
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! listen = "127.0.0.1:9617"          # HTTP address for /metrics and the API
+//! web_config_file = "/etc/observer/web-config.yml"  # TLS and basic auth (exporter-toolkit format)
 //! host_root = "/host"                # in a container: the host's /proc, /dev, /sys/fs/cgroup are under it
 //!
 //! [devices]
@@ -33,9 +34,11 @@ mod filter;
 #[cfg(test)]
 mod fuzz;
 mod stalls;
+pub mod web;
 
 pub use filter::DeviceFilter;
 pub use stalls::{StageThresholds, Stalls};
+pub use web::{LiveWebConfig, WebConfig};
 
 use std::{net::SocketAddr, path::Path};
 
@@ -63,6 +66,15 @@ pub enum ConfigError {
         /// toml's message, with the key and location.
         message: String,
     },
+    /// The web configuration file (`web_config_file`): unreadable, unknown key, bad value, or a
+    /// certificate, key or bcrypt hash that cannot be used.
+    #[error("web config file {path}: {problem}")]
+    Web {
+        /// The web configuration file.
+        path: String,
+        /// What is wrong (naming the key) and what to do.
+        problem: String,
+    },
     /// A value that parsed but makes no sense.
     #[error("config key `{key}`: {problem}")]
     Invalid {
@@ -85,6 +97,10 @@ pub struct Config {
     /// cgroup paths are resolved under `<host_root>/sys/fs/cgroup`. Unset: the daemon's own
     /// `/proc/self/mountinfo`, `/dev` and `/sys/fs/cgroup`.
     pub host_root: Option<std::path::PathBuf>,
+    /// TLS and HTTP basic authentication for every endpoint: a YAML file in the format of
+    /// Prometheus exporter-toolkit's web configuration file ([`web`]). Unset: plain HTTP, no
+    /// authentication. Read at startup and again on every reload.
+    pub web_config_file: Option<std::path::PathBuf>,
     /// Which devices are exported.
     pub devices: Devices,
     /// Exported histogram buckets.
@@ -182,6 +198,7 @@ impl Default for Config {
         Self {
             listen: DEFAULT_LISTEN.parse().expect("valid default"),
             host_root: None,
+            web_config_file: None,
             devices: Devices::default(),
             histogram: Histogram::default(),
             maps: MapSizes::default(),
@@ -227,6 +244,15 @@ impl Config {
         })?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Reads the web configuration file named by `web_config_file`, if any, with everything it
+    /// names (certificates, keys, bcrypt hashes).
+    pub fn load_web_config(&self) -> Result<Option<WebConfig>, ConfigError> {
+        self.web_config_file
+            .as_deref()
+            .map(WebConfig::load)
+            .transpose()
     }
 
     /// Checks values that parse but are unusable.
@@ -457,6 +483,18 @@ mod tests {
         );
         assert_eq!((c.http.max_connections, c.http.max_requests), (100, 4));
         assert_eq!(c.http.max_uri_bytes, 2048);
+        let c = Config::from_toml("web_config_file = \"/etc/observer/web.yml\"", "t").unwrap();
+        assert_eq!(
+            c.web_config_file.as_deref(),
+            Some(std::path::Path::new("/etc/observer/web.yml"))
+        );
+        let e = Config::from_toml("web_config_file = 1", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key `web_config_file` (line 1)"), "{e}");
+        let e = c.load_web_config().unwrap_err();
+        assert!(matches!(e, ConfigError::Web { .. }), "{e}");
+        assert!(Config::default().load_web_config().unwrap().is_none());
         let c = Config::from_toml("host_root = \"/host\"", "t").unwrap();
         assert_eq!(c.host_root.as_deref(), Some(std::path::Path::new("/host")));
     }

@@ -7,7 +7,7 @@ pub mod service;
 use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::Context;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::{
     bpf::{devslots, loader},
@@ -17,7 +17,7 @@ use crate::{
         snapshot::Snapshot,
         windows::{self, HistogramWindows},
     },
-    config::{Config, ConfigError, DeviceFilter},
+    config::{web, Config, ConfigError, DeviceFilter, LiveWebConfig, WebConfig},
     disks::KnownDisks,
     exposition::{BucketMap, ProcessMetrics},
     fslog, http,
@@ -25,11 +25,12 @@ use crate::{
     time::monotonic_ns,
 };
 
-/// Runs the daemon with `cfg` until SIGTERM or SIGINT. `reload` produces the configuration again
-/// (file + flags, as at startup) on SIGHUP. Errors: attaching the programs, binding the
-/// listener, starting the background tasks.
+/// Runs the daemon with `cfg` and the web configuration loaded from its `web_config_file`
+/// (`web`) until SIGTERM or SIGINT. `reload` produces the configuration again (file + flags, as
+/// at startup) on SIGHUP. Errors: attaching the programs, binding the listener, starting the
+/// background tasks.
 #[tokio::main]
-pub async fn run<L>(cfg: Config, reload: L) -> anyhow::Result<()>
+pub async fn run<L>(cfg: Config, web: Option<WebConfig>, reload: L) -> anyhow::Result<()>
 where
     L: Fn() -> Result<Config, ConfigError> + Send + Sync + 'static,
 {
@@ -63,6 +64,7 @@ where
         windows: Mutex::new(HistogramWindows::default()),
         fslog: Arc::default(),
         http_rejected: Arc::default(),
+        web: Arc::new(LiveWebConfig::new(web)),
         disks: KnownDisks::default(),
         process: ProcessMetrics::new(),
         // Last: the fields above read from `probes` first.
@@ -96,6 +98,20 @@ where
         max_uri_bytes = cfg.http.max_uri_bytes,
         "serving /metrics, /healthz and the API"
     );
+    let local = listener.local_addr()?;
+    let web_now = state.web.get();
+    if let Some(w) = &web_now {
+        info!(
+            web_config_file = %w.path.display(),
+            tls = w.tls.is_some(),
+            client_auth = %w.client_auth,
+            basic_auth_users = w.users.len(),
+            "web config file in effect: its TLS and basic auth apply to every path, /healthz included"
+        );
+    }
+    if let Some(warning) = web::exposure_warning(local, web_now.as_deref()) {
+        warn!("{warning}");
+    }
     service::spawn_reload_on_sighup(service::Reloader::new(reload, state.clone(), cfg.clone()))?;
     service::notify_ready(&format!("serving on {}", listener.local_addr()?));
     http::server::serve(
@@ -103,6 +119,7 @@ where
         http::router(state.clone(), &cfg.http),
         &cfg.http,
         state.http_rejected.clone(),
+        state.web.clone(),
         shutdown(),
     )
     .await;

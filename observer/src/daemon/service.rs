@@ -11,7 +11,9 @@
 //!
 //! What SIGHUP reloads: the config file given with `--config` is read again and the command-line
 //! flags are applied over it, exactly as at startup. The device filter (`[devices]`), the
-//! exported histogram buckets (`[histogram]`) and the `[stalls]` thresholds take effect at once.
+//! exported histogram buckets (`[histogram]`), the `[stalls]` thresholds and the web
+//! configuration file (`web_config_file`: certificates, client CA, users; new connections and
+//! requests) take effect at once.
 //! `listen`, `[maps]`, `[http]` and the `[stalls]` history sizes cannot change without a restart: a change to them is logged and otherwise ignored.
 //! An invalid new configuration is rejected as a whole: the daemon keeps the old one and logs why.
 
@@ -21,7 +23,7 @@ use sd_notify::NotifyState;
 use tracing::{error, info, warn};
 
 use crate::{
-    config::{Config, ConfigError, DeviceFilter},
+    config::{web, Config, ConfigError, DeviceFilter},
     exposition::BucketMap,
     state::AppState,
 };
@@ -58,7 +60,8 @@ fn notify_reloading() {
 
 /// Configuration keys that only take effect at startup and differ between `old` and `new`.
 ///
-/// Everything but `[devices]`, `[histogram]` and the `[stalls]` thresholds is startup-only. Known keys are named; a change
+/// Everything but `[devices]`, `[histogram]`, the `[stalls]` thresholds and `web_config_file` is
+/// startup-only. Known keys are named; a change
 /// anywhere else (a section added later) is reported as "other startup-only keys" rather than
 /// silently ignored.
 pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
@@ -91,6 +94,7 @@ pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     rest.host_root = old.host_root.clone();
     rest.maps = old.maps.clone();
     rest.http = old.http.clone();
+    rest.web_config_file = old.web_config_file.clone();
     if rest != *old {
         keys.push("other startup-only keys");
     }
@@ -133,10 +137,11 @@ where
         }
     }
 
-    /// Reloads once: load, validate, swap, log.
+    /// Reloads once: load, validate (the web config file too), swap, log.
     pub fn reload(&self) -> ReloadOutcome {
-        let new = match (self.load)() {
-            Ok(c) => c,
+        let loaded = (self.load)().and_then(|c| Ok((c.load_web_config()?, c)));
+        let (web, new) = match loaded {
+            Ok(l) => l,
             Err(e) => {
                 error!(error = %e, "configuration reload rejected; still running with the previous configuration. Fix the file and send SIGHUP again (`systemctl reload observer`)");
                 return ReloadOutcome::Rejected(e);
@@ -161,6 +166,18 @@ where
             rt.forget_after = new.devices.forget_after;
             rt.settings = settings;
         }
+        if let Some(warning) = web::exposure_warning(current.listen, web.as_ref()) {
+            warn!("{warning}");
+        }
+        if web.is_some() || self.state.web.get().is_some() {
+            info!(
+                web_config_file = ?new.web_config_file,
+                tls = web.as_ref().is_some_and(|w| w.tls.is_some()),
+                basic_auth_users = web.as_ref().map_or(0, |w| w.users.len()),
+                "web configuration reloaded: new connections and requests use it"
+            );
+        }
+        self.state.web.set(web);
         info!(
             include = ?new.devices.include,
             exclude = ?new.devices.exclude,
@@ -172,6 +189,7 @@ where
         current.stalls.episode = new.stalls.episode;
         current.stalls.slow_default = new.stalls.slow_default;
         current.stalls.slow = new.stalls.slow;
+        current.web_config_file = new.web_config_file;
         ReloadOutcome::Applied { restart_required }
     }
 }
@@ -225,6 +243,8 @@ mod tests {
         b.devices.include = vec!["vd*".into()];
         b.histogram.buckets = vec![0.001, 0.1];
         assert!(restart_required_keys(&a, &b).is_empty());
+        b.web_config_file = Some("/etc/observer/web.yml".into());
+        assert!(restart_required_keys(&a, &b).is_empty(), "reloadable");
         b.listen = "127.0.0.1:1".parse().unwrap();
         b.maps.inflight_entries = 128;
         assert_eq!(

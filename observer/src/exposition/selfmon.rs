@@ -73,10 +73,10 @@ pub const BUILD_INFO: MetricDesc = MetricDesc {
     labels: &["version", "attach", "enter_tracepoint", "reaper"],
 };
 
-/// Requests and connections refused by the `[http]` limits.
+/// Requests and connections refused by the `[http]` limits and the web configuration.
 pub const HTTP_REJECTED: MetricDesc = MetricDesc {
     name: "blkobs_http_rejected_total",
-    help: "HTTP connections and requests refused by the [http] limits: max_connections (connection closed at once), max_requests (503), uri_too_long (414).",
+    help: "HTTP connections and requests refused by the [http] limits: max_connections (connection closed at once), max_requests (503), uri_too_long (414); and by the web config file: tls_handshake (failed or timed out TLS handshake, plain HTTP to the TLS port), unauthorized (401).",
     kind: MetricType::COUNTER,
     labels: &["reason"],
 };

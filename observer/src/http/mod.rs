@@ -2,6 +2,7 @@
 //! [`params`]. `/` (an HTML page linking the others), `/metrics` (Prometheus text format),
 //! `/healthz`, `/stalls`, `/inflight`, `/histograms`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this module.
 
+pub mod auth;
 pub mod devices;
 pub mod histograms;
 pub mod inflight;
@@ -22,7 +23,9 @@ use crate::{config::HttpLimits, state::AppState};
 /// listing the endpoints. Every endpoint rejects query parameters it does not take, and repeated
 /// ones, with 400 ([`params`]). The endpoints that read the kernel maps (`/metrics` and the
 /// JSON API) are served at most `limits.max_requests` at once (503 beyond), and every request
-/// target is limited to `limits.max_uri_bytes` (414), see [`server`].
+/// target is limited to `limits.max_uri_bytes` (414), see [`server`]. While the web
+/// configuration file has `basic_auth_users`, every path (`/healthz` too, as exporter-toolkit
+/// does) needs their credentials (401), see [`auth`].
 pub fn router(state: Arc<AppState>, limits: &HttpLimits) -> Router {
     let readers = server::limit_requests(
         Router::new()
@@ -48,7 +51,8 @@ pub fn router(state: Arc<AppState>, limits: &HttpLimits) -> Router {
             )
         })
         .with_state(state.clone());
-    server::limit_uri(router, limits, state.http_rejected.clone())
+    let router = server::limit_uri(router, limits, state.http_rejected.clone());
+    auth::protect(router, state.web.clone(), state.http_rejected.clone())
 }
 
 /// Runs `f` on the blocking pool (map reads are syscalls) and waits for it.

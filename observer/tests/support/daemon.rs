@@ -46,7 +46,34 @@ impl Daemon {
         Self::healthy(ChildGuard::spawn(cmd, "observer", log), addr, Some(log))
     }
 
+    /// As [`Daemon::spawn`], but up once `ready(addr)` returns true (e.g. `/healthz` over TLS
+    /// with credentials) instead of a plain `GET /healthz`.
+    pub fn spawn_until(
+        cmd: Command,
+        addr: String,
+        log: &Path,
+        ready: impl Fn(&str) -> bool,
+    ) -> Daemon {
+        Self::ready(
+            ChildGuard::spawn(cmd, "observer", log),
+            addr,
+            Some(log),
+            ready,
+        )
+    }
+
     fn healthy(proc: ChildGuard, addr: String, log: Option<&Path>) -> Daemon {
+        Self::ready(proc, addr, log, |addr| {
+            http(&format!("http://{addr}/healthz")).is_ok_and(|(s, _)| s == 200)
+        })
+    }
+
+    fn ready(
+        proc: ChildGuard,
+        addr: String,
+        log: Option<&Path>,
+        ready: impl Fn(&str) -> bool,
+    ) -> Daemon {
         let mut d = Daemon { proc, addr };
         let log = || {
             log.map(|l| std::fs::read_to_string(l).unwrap_or_default())
@@ -62,11 +89,11 @@ impl Daemon {
             if let Some(status) = d.proc.child.try_wait().unwrap() {
                 panic!("observer exited early: {status}\n{}", log());
             }
-            d.get("/healthz").is_ok_and(|(s, _)| s == 200).then_some(())
+            ready(&d.addr).then_some(())
         });
         assert!(
             up.is_some(),
-            "observer did not become healthy in {limit} s on {}\n{}",
+            "observer did not become ready in {limit} s on {}\n{}",
             d.addr,
             log()
         );

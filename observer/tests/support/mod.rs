@@ -13,6 +13,7 @@
 //! - `fslog_witness`: the filesystem log witnesses (xfs_db, dumpe2fs/debugfs) and classification.
 //! - `slowfs`: a FUSE-backed disk with injected delays.
 //! - `sysctl`: a kernel sysctl set for a test and restored.
+//! - `tls`: a throw-away PKI (rcgen), web config files, `curl` as the TLS client.
 //!
 //! Each test file is its own crate and uses a part of this: the rest would warn there (every
 //! item here is used by some test file).
@@ -27,6 +28,7 @@ mod process;
 mod skip;
 mod slowfs;
 mod sysctl;
+mod tls;
 mod witness;
 
 pub use blockdev::*;
@@ -38,4 +40,5 @@ pub use process::*;
 pub use skip::*;
 pub use slowfs::*;
 pub use sysctl::*;
+pub use tls::*;
 pub use witness::*;
