@@ -123,6 +123,9 @@ fn main() -> Result<()> {
                     "--test",
                     "soak",
                     "--",
+                    // One at a time: the flood test's identity counts every disk's slow
+                    // requests, and the soak's churn would race with it.
+                    "--test-threads=1",
                     "--nocapture",
                 ]))
         }
