@@ -228,6 +228,17 @@ impl NotifySocket {
 /// request slow by config, and a write held at a FUSE-backed disk past the stall threshold, so
 /// a stall episode ends too); SIGHUP; SIGTERM. Every syscall in the trace must be allowed by the
 /// unit's SystemCallFilter= and every socket family by RestrictAddressFamilies=.
+/// The pid of the process `strace` (pid `strace`) started: the daemon, after setpriv exec'd it.
+fn traced_child(strace: u32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{strace}/task/{strace}/children"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .expect("strace has no child")
+        .parse()
+        .unwrap()
+}
+
 /// The daemon's part of an `strace -f` trace (from its `execve` on): every syscall it made and
 /// the families of the sockets it opened. Asserts the trace is complete (bpf, accept4 seen) and
 /// that all of them pass the unit's filters (`allow`: the expanded SystemCallFilter=,
@@ -356,14 +367,7 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         .env("NO_COLOR", "1")
         .env("NOTIFY_SOCKET", &notify.path);
     let mut strace = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
-    let children =
-        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", strace.pid())).unwrap();
-    let pid: i32 = children
-        .split_whitespace()
-        .next()
-        .expect("strace has no child")
-        .parse()
-        .unwrap();
+    let pid = traced_child(strace.pid());
     let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
     let get = |path: &str, want: u16| -> String {
         let (status, body) = http(&url(path)).unwrap_or_else(|e| panic!("GET {path}: {e}"));
@@ -630,14 +634,7 @@ fn daemon_serving_tls_fits_the_unit_sandbox() {
     let mut strace = Daemon::spawn_until(cmd, addr.clone(), &dir.join("observer.log"), |a| {
         scrape(a).status == 200
     });
-    let children =
-        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", strace.pid())).unwrap();
-    let pid: i32 = children
-        .split_whitespace()
-        .next()
-        .expect("strace has no child")
-        .parse()
-        .unwrap();
+    let pid = traced_child(strace.pid());
 
     // Exercise what the service does: serve scrapes under I/O (and refuse plain HTTP and wrong
     // passwords), reload (the web config file too), stop.
