@@ -80,6 +80,8 @@ struct Console {
     rc: Option<i32>,
     fail: Option<String>,
     tail: Vec<String>,
+    /// Lines of the guest's watchdog task dump (vm_init.sh), kept for the timeout message.
+    watchdog: Vec<String>,
 }
 
 pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Outcome> {
@@ -93,14 +95,17 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
     let rcfile = dir.join("rc");
     let ci = std::env::var("CI").unwrap_or_default();
     let conf = format!(
-        "LABEL={}\nKVER={}\nMODROOT={}\nWORKSPACE={}\nPAYLOAD={}\nRCFILE={}\nCI_VALUE={}\n",
+        "LABEL={}\nKVER={}\nMODROOT={}\nWORKSPACE={}\nPAYLOAD={}\nRCFILE={}\nCI_VALUE={}\nWATCHDOG={}\n",
         quote(label),
         quote(&k.kver),
         quote(&k.root.display().to_string()),
         quote(&root.display().to_string()),
         quote(&rel(&payload)),
         quote(&rel(&rcfile)),
-        quote(&ci)
+        quote(&ci),
+        // The guest dumps its tasks (states, kernel stacks) this long after the payload
+        // started, before the host's timeout kills it: a hang is then explained on the console.
+        timeout.as_secs().saturating_sub(150).max(60)
     );
     let initrd = vm_kernels::initramfs(k, &dir, &conf)?;
 
@@ -217,6 +222,9 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
                 } else if let Some(f) = line.split("BLKOBS-VM-FAIL: ").nth(1) {
                     s.fail = Some(f.to_string());
                 }
+                if line.contains("BLKOBS-VM-WATCHDOG") && s.watchdog.len() < 400 {
+                    s.watchdog.push(line.clone());
+                }
                 s.tail.push(line);
                 if s.tail.len() > 40 {
                     s.tail.remove(0);
@@ -272,9 +280,14 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
     let log = dir.join("console.log").display().to_string();
     let error = if timed_out {
         Some(format!(
-            "timed out after {} min ({}); raise --timeout-min or look at {log}. Last console lines:\n  {tail}",
+            "timed out after {} min ({}); raise --timeout-min or look at {log}. Last console lines:\n  {tail}{}",
             timeout.as_secs() / 60,
-            if boot.is_some() { "payload was running" } else { "the guest never reached the payload" }
+            if boot.is_some() { "payload was running" } else { "the guest never reached the payload" },
+            if s.watchdog.is_empty() {
+                String::new()
+            } else {
+                format!("\nThe guest's task dump (vm_init.sh watchdog):\n  {}", s.watchdog.join("\n  "))
+            }
         ))
     } else if boot.is_none() {
         Some(format!(

@@ -54,11 +54,30 @@ done
 ip link set lo up
 echo "BLKOBS-VM: modules loaded, uptime $(up)s"
 
+# Watchdog: a payload still running after $WATCHDOG s is hung (a normal run takes ~6 min).
+# Dump every task's state, wait channel and kernel stack to the console (the hung-task
+# detector misses killable and interruptible sleeps, e.g. a FUSE/virtiofs request), twice.
+dump_tasks() {
+  echo "BLKOBS-VM-WATCHDOG: payload still running at uptime $(up)s; user threads, and kernel threads in D:"
+  for t in /proc/[0-9]*/task/[0-9]*; do
+    st=$(sed -n 's/^State:[[:space:]]*//p' $t/status 2>/dev/null)
+    cmd=$(tr '\0' ' ' < $t/cmdline 2>/dev/null | cut -c1-160)
+    case "$st" in ""|I*) continue ;; esac
+    [ -z "$cmd" ] && case "$st" in D*) ;; *) continue ;; esac
+    echo "BLKOBS-VM-WATCHDOG: ${t#/proc/} [$st] $(cat $t/comm 2>/dev/null): $cmd"
+    sed 's/^/BLKOBS-VM-WATCHDOG:     /' $t/stack 2>/dev/null | head -16
+  done
+  echo w > /proc/sysrq-trigger
+}
+( sleep "${WATCHDOG:-570}"; dump_tasks; sleep 60; dump_tasks ) &
+WATCHDOG_PID=$!
+
 echo "BLKOBS-VM-PAYLOAD-START uptime $(up)s"
 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb \
   ${CI_VALUE:+CI="$CI_VALUE"} BLKOBS_VM=1 BLKOBS_VM_KERNEL="$LABEL" BLKOBS_VM_MODROOT="$MODROOT" \
   chroot $R /bin/sh -c 'cd "$1" && exec /bin/sh "$2"' vm-payload "$WORKSPACE" "$PAYLOAD" </dev/console
 rc=$?
+kill $WATCHDOG_PID 2>/dev/null
 echo "$rc" > "$R$WORKSPACE/$RCFILE"
 sync
 echo "BLKOBS-VM-RC=$rc"
