@@ -85,7 +85,8 @@ fn every_lost_completion_is_one_the_kernel_ran_no_bpf_for() {
             - before.sum("blkobs_lost_completions_total", &[("device", n)]);
         let in_pid1 = Pid1Completions::of(&hidden, dev.kdev()) as f64;
         report.push(format!(
-            "{n}: {total} requests, {lost} lost, {in_pid1} completions ftrace saw on top of PID 1"
+            "{n}: {total} requests, {lost} lost, completions ftrace saw on top of PID 1: {}",
+            pid1.shown(in_pid1)
         ));
         assert!(
             lost <= in_pid1,

@@ -171,7 +171,8 @@ fn end_to_end(fs: &str, scheduler: &str, attach: &str) {
         - before.sum("blkobs_stale_requests_total", &[]);
     eprintln!(
         "{tag} stale={stale} diskstats r={kr} w={kw} d={kd} f={kf} | observer r={r} w={w} d={d} f={f} lost={lost} \
-         (completions in PID 1's context {in_pid1}) untracked={untracked} log_writes={log_writes} fua={fua} preflush={preflush}"
+         (completions in PID 1's context: {}) untracked={untracked} log_writes={log_writes} fua={fua} preflush={preflush}",
+        pid1.shown(in_pid1)
     );
     assert_eq!(
         (r, w, d, f),

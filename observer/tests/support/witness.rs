@@ -166,8 +166,16 @@ impl Drop for IoTrace {
 /// in `rq_complete`: 0 runs, while ftrace recorded 223 completions in that context. So every
 /// lost completion must be one of these; on a kernel without that behaviour (the matrix VMs)
 /// there are none.
+///
+/// Not started in the kernel-matrix VMs (`BLKOBS_VM`; it then records nothing): their PID 1 is
+/// the payload's own busybox init, asleep in `wait4` for the whole run, so no completion can run
+/// on top of it and the tests allow 0 lost there anyway. And there, ftrace instances froze the
+/// whole guest (no console output, not even from the init's watchdog): Debian's 5.10 under
+/// TCG, a loop of "mkdir instance, filter and enable `block_rq_complete`, disable, read, rmdir"
+/// under fio froze at its first cycle with `set_event_pid` + `event-fork`, and after 20 cycles
+/// without them; CI-length runs froze twice at a test's teardown.
 pub struct Pid1Completions {
-    dir: PathBuf,
+    dir: Option<PathBuf>,
 }
 
 impl Pid1Completions {
@@ -175,23 +183,28 @@ impl Pid1Completions {
     /// the tracepoint's `dev` field) in the context of PID 1's current threads and their
     /// children.
     pub fn start(kdevs: &[u32]) -> Pid1Completions {
+        if std::env::var_os("BLKOBS_VM").is_some() {
+            return Pid1Completions { dir: None };
+        }
         ensure_tracefs();
         let dir = PathBuf::from("/sys/kernel/tracing/instances").join(unique("blkobs-pid1"));
         std::fs::create_dir(&dir).expect("tracefs instance (is /sys/kernel/tracing mounted?)");
-        let t = Pid1Completions { dir };
-        std::fs::write(t.dir.join("buffer_size_kb"), "4096").unwrap();
-        std::fs::write(t.dir.join("options/event-fork"), "1").unwrap();
+        let t = Pid1Completions {
+            dir: Some(dir.clone()),
+        };
+        std::fs::write(dir.join("buffer_size_kb"), "4096").unwrap();
+        std::fs::write(dir.join("options/event-fork"), "1").unwrap();
         let tids: Vec<String> = std::fs::read_dir("/proc/1/task")
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        std::fs::write(t.dir.join("set_event_pid"), tids.join(" ")).unwrap();
+        std::fs::write(dir.join("set_event_pid"), tids.join(" ")).unwrap();
         let filter = kdevs
             .iter()
             .map(|d| format!("dev == {d}"))
             .collect::<Vec<_>>()
             .join(" || ");
-        let ev = t.dir.join("events/block/block_rq_complete");
+        let ev = dir.join("events/block/block_rq_complete");
         std::fs::write(ev.join("filter"), filter).unwrap();
         std::fs::write(ev.join("enable"), "1").unwrap();
         t
@@ -199,8 +212,11 @@ impl Pid1Completions {
 
     /// Stops; the number of completions recorded per disk, as `(kdev, count)`.
     pub fn stop(&self) -> Vec<(u32, u64)> {
-        std::fs::write(self.dir.join("events/block/block_rq_complete/enable"), "0").unwrap();
-        let text = read_trace(&self.dir);
+        let Some(dir) = &self.dir else {
+            return Vec::new();
+        };
+        std::fs::write(dir.join("events/block/block_rq_complete/enable"), "0").unwrap();
+        let text = read_trace(dir);
         let mut counts: Vec<(u32, u64)> = Vec::new();
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             // "... [001] ..s1. 22483.362265: block_rq_complete: 7,0 R () 611120 + 8 ..."
@@ -221,6 +237,14 @@ impl Pid1Completions {
         counts
     }
 
+    /// `n` recorded completions, as the tests print them: "not traced in the VM" there.
+    pub fn shown(&self, n: f64) -> String {
+        match self.dir {
+            Some(_) => n.to_string(),
+            None => "not traced in the VM".into(),
+        }
+    }
+
     /// Recorded completions of `kdev` (after [`Pid1Completions::stop`]).
     pub fn of(counts: &[(u32, u64)], kdev: u32) -> u64 {
         counts
@@ -232,7 +256,9 @@ impl Pid1Completions {
 
 impl Drop for Pid1Completions {
     fn drop(&mut self) {
-        let _ = std::fs::write(self.dir.join("events/block/block_rq_complete/enable"), "0");
-        let _ = std::fs::remove_dir(&self.dir);
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::write(dir.join("events/block/block_rq_complete/enable"), "0");
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
