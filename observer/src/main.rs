@@ -147,6 +147,7 @@ fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
 }
 
 fn main() -> ExitCode {
+    daemon::tune_allocator();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("OBSERVER_LOG")

@@ -10,7 +10,7 @@
 //! survivors, none untracked there and every lost completion explained (support/witness.rs,
 //! `Pid1Completions`); every scrape and poll answered 200; in runs of 5 minutes or more, RSS
 //! within 5 % between the end of warm-up (a third of the run, at most 2 minutes) and the end
-//! (printed always); open fds and threads within the
+//! (medians of 30 s of samples at each end; printed always); open fds and threads within the
 //! jitter of what is in flight (+4, +2);
 //! churned disks that went away have left `/metrics` (`forget_after` = 2 s); at least 50 churn
 //! cycles. Then SIGTERM: exit 0 and every BPF program, map and link the daemon held (ids from
@@ -248,11 +248,29 @@ fn soak_under_load_churn_reloads_and_scrapes() {
 
     let started = Instant::now();
     thread::sleep(warmup);
-    let warm = resources(pid);
+    let mut warm = resources(pid);
+    // RSS every 500 ms: drift is the median of the last 30 s against the median of the 30 s
+    // after warm-up (a single sample lands on a scrape's or snapshot's transient megabytes:
+    // ±2.5 MiB from one sample to the next in the 7-minute soak).
+    let mut rss: Vec<(Duration, u64)> = Vec::new();
     while started.elapsed() < Duration::from_secs(seconds) {
         assert!(daemon.running(), "the daemon exited during the soak");
+        rss.push((started.elapsed(), resources(pid).0));
         thread::sleep(Duration::from_millis(500));
     }
+    let median_rss = |from: Duration, to: Duration| {
+        let mut v: Vec<u64> = rss
+            .iter()
+            .filter(|(t, _)| *t >= from && *t < to)
+            .map(|(_, r)| *r)
+            .collect();
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let window = Duration::from_secs(30).min(warmup);
+    let end_at = Duration::from_secs(seconds);
+    warm.0 = median_rss(warmup, warmup + window);
+    let end_rss = median_rss(end_at - window, end_at);
     stop.store(true, Ordering::Relaxed);
     churn.join().expect("churn thread");
     for t in [scraper, poller, reloader] {
@@ -261,7 +279,8 @@ fn soak_under_load_churn_reloads_and_scrapes() {
     for mut f in fio {
         assert!(f.wait().unwrap().success(), "fio failed");
     }
-    let end = resources(pid);
+    let mut end = resources(pid);
+    end.0 = end_rss;
     mx.unmount();
     me.unmount();
     for d in survivors {
@@ -313,10 +332,16 @@ fn soak_under_load_churn_reloads_and_scrapes() {
             (k1.flushes - k0.flushes) as f64,
             (k1.discards - k0.discards) as f64,
         );
-        eprintln!("{n}: reads, writes, flushes, discards {got:?} vs diskstats {want:?}");
-        assert_eq!(got, want, "{n}: requests per op vs /proc/diskstats");
         let delta =
             |name: &str| after.sum(name, &[("device", n)]) - before.sum(name, &[("device", n)]);
+        eprintln!(
+            "{n}: reads, writes, flushes, discards {got:?} vs diskstats {want:?}; lost {}, \
+             untracked {}, completions on top of PID 1 {}",
+            delta("blkobs_lost_completions_total"),
+            delta("blkobs_untracked_completions_total"),
+            Pid1Completions::of(&hidden, d.kdev())
+        );
+        assert_eq!(got, want, "{n}: requests per op vs /proc/diskstats");
         assert_eq!(
             delta("blkobs_untracked_completions_total"),
             0.0,
@@ -359,9 +384,9 @@ fn soak_under_load_churn_reloads_and_scrapes() {
         warm.2,
         end.2
     );
-    // RSS: asserted in the long form only. In 1 minute it moved +2.5 %, close to the bound, and
-    // the 10-minute runs grew +14 % and +16 % after minute 2 with the slow-request history
-    // filling and other growth not yet explained (BENCHMARKS.md): a CI run must not flip on it.
+    // RSS: asserted in the long form only: in 1 minute the histogram windows (15 minutes of
+    // snapshots, bounded) are still filling, and the 1-minute form moved +2.5 %, too close to
+    // the bound for a CI gate. 10 minutes: +3.5 % (BENCHMARKS.md).
     assert!(
         seconds < 300 || (end.0 as f64) <= warm.0 as f64 * 1.05,
         "RSS grew from {} to {} KiB after warm-up",

@@ -63,7 +63,8 @@ pub struct ClassTotals {
 }
 
 impl ClassTotals {
-    fn new() -> Self {
+    /// All zero, with an empty histogram per stage.
+    pub(crate) fn new() -> Self {
         Self {
             stages: Stage::ALL.iter().map(|_| StageTotals::new()).collect(),
             requests: 0,

@@ -25,6 +25,28 @@ use crate::{
     time::monotonic_ns,
 };
 
+/// Sets glibc's allocator up for a long-running daemon whose threads allocate and free megabytes
+/// per scrape and snapshot (call before any thread starts):
+/// - one arena (`M_ARENA_MAX`), not 8 per core: each tokio worker and blocking thread otherwise
+///   keeps an arena of its own at its own high-water mark (the daemon's allocations are not
+///   contended: a scrape, a snapshot, a batch of ring-buffer records);
+/// - blocks of 128 KiB and more from mmap, at a fixed threshold (`M_MMAP_THRESHOLD`; the default
+///   rises up to 32 MiB after the first such block is freed, after which scrape buffers stay in
+///   the arenas), and the top of the heap given back from 256 KiB free (`M_TRIM_THRESHOLD`).
+///
+/// Measured with the soak (tests/soak.rs, debug build, BENCHMARKS.md): anonymous memory 18.5 MiB
+/// after 7 min with glibc's defaults (2.9 MiB of it in use), ~9 MiB with 2 arenas; 10 minutes:
+/// RSS after warm-up → end 30.3 → 31.8 MiB (+5.0 %) with 2 arenas, 29.5 → 30.6 MiB (+3.5 %,
+/// scrape p99 270 ms instead of 408 ms) with one.
+pub fn tune_allocator() {
+    // SAFETY: mallopt only changes allocator parameters; called before other threads exist.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 * 1024);
+    }
+}
+
 /// Runs the daemon with `cfg` and the web configuration loaded from its `web_config_file`
 /// (`web`) until SIGTERM or SIGINT. `reload` produces the configuration again (file + flags, as
 /// at startup) on SIGHUP. Errors: attaching the programs, binding the listener, starting the
