@@ -18,17 +18,17 @@ pub const INTERVAL_NS: u64 = 10_000_000_000;
 /// How far back `since` may reach (ns): 15 minutes.
 pub const KEEP_NS: u64 = 15 * 60 * 1_000_000_000;
 /// Snapshots younger than this (ns) are all kept (10 s resolution); older ones are thinned to
-/// one per [`COARSE_NS`], so the windows hold 12 + 13 snapshots instead of 90 (each ~30 KB
-/// with a few busy disks, [`Packed`]: most of the windows' memory is there after 2 minutes).
+/// one per [`COARSE_NS`], so the windows hold 12 + 13 snapshots instead of 90 (each a few tens
+/// of KB with a few busy disks, [`Packed`]).
 pub const FINE_NS: u64 = 2 * 60 * 1_000_000_000;
 /// Spacing (ns) of the snapshots older than [`FINE_NS`]: 1 minute.
 pub const COARSE_NS: u64 = 60 * 1_000_000_000;
 
 /// One snapshot of every (device, class, stage)'s cumulative histogram, packed into four
-/// allocations (not one map node, key string and bucket vector per entry): the windows keep up
-/// to 27 of them for 15 minutes, and thousands of small long-lived allocations interleaved with
-/// each scrape's short-lived ones kept glibc's arenas from shrinking. ~30 KB per snapshot with
-/// the soak's 160 (device, class, stage) entries, instead of ~100 KB.
+/// vectors and one name per device (not a map node, a key string and a bucket vector per
+/// entry): the windows keep up to 27 of them for 15 minutes, and thousands of small long-lived
+/// allocations interleaved with each scrape's short-lived ones kept glibc's arenas from
+/// shrinking. Size: 24 B per (device, class, stage) + 10 B per non-empty bucket.
 #[derive(Debug, Default)]
 struct Packed {
     /// Device names, sorted.
