@@ -100,6 +100,29 @@ fn every(
     })
 }
 
+/// A scrape with the survivors' /proc/diskstats read just before and just after it, retried
+/// until both reads agree on every completed count: the witness and the scrape then describe
+/// the same instant. (Read in sequence, a few reads that udev or the filesystem issued between
+/// the scrape and the diskstats read counted on one side only: +4 reads once in CI's run,
+/// −2 writes and −2 flushes once under heavy load.) Fails after 10 s of disagreement.
+fn scrape_between_equal_diskstats(daemon: &Daemon, devs: &[&LoopDev]) -> (Metrics, Vec<DiskStats>) {
+    let done = |d: &DiskStats| (d.reads, d.writes, d.flushes, d.discards);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let a: Vec<DiskStats> = devs.iter().map(|d| diskstats(&d.name)).collect();
+        let m = daemon.scrape();
+        let b: Vec<DiskStats> = devs.iter().map(|d| diskstats(&d.name)).collect();
+        if a.iter().map(done).eq(b.iter().map(done)) {
+            return (m, b);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the survivors' diskstats kept changing around every scrape for 10 s"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn soak_under_load_churn_reloads_and_scrapes() {
     if !require_root_and(&["fio", "mkfs.xfs", "mkfs.ext4", "bpftool", "sfdisk"]) {
@@ -131,8 +154,7 @@ fn soak_under_load_churn_reloads_and_scrapes() {
     for d in survivors {
         quiesce(&d.name);
     }
-    let before = daemon.scrape();
-    let d0: Vec<DiskStats> = survivors.iter().map(|d| diskstats(&d.name)).collect();
+    let (before, d0) = scrape_between_equal_diskstats(&daemon, &survivors);
     let pid1 = Pid1Completions::start(&[xfs.kdev(), ext4.kdev()]);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -289,7 +311,7 @@ fn soak_under_load_churn_reloads_and_scrapes() {
     // The reaper (two passes 1 s apart) and forget_after (2 s) get their time.
     thread::sleep(Duration::from_secs(4));
     let hidden = pid1.stop();
-    let after = daemon.scrape();
+    let (after, d1) = scrape_between_equal_diskstats(&daemon, &survivors);
 
     let failures = failures.lock().unwrap().clone();
     let mut ms = scrape_ms.lock().unwrap().clone();
@@ -313,8 +335,7 @@ fn soak_under_load_churn_reloads_and_scrapes() {
     assert!(cycles >= 50, "only {cycles} churn cycles");
     assert!(ms.len() as u64 >= seconds / 2, "only {} scrapes", ms.len());
 
-    for (d, k0) in survivors.iter().zip(&d0) {
-        let k1 = diskstats(&d.name);
+    for ((d, k0), k1) in survivors.iter().zip(&d0).zip(&d1) {
         let n = d.name.as_str();
         let ours = |op: &str| {
             after.sum("blkobs_requests_total", &[("device", n), ("op", op)])
