@@ -184,6 +184,48 @@ pub struct BioQueued {
     pub _pad: u16,
 }
 
+/// `INFLIGHT_SLOTS`: array of [`SLOTS`] [`Slot`]`<`[`Inflight`]`>`, index [`slot_index`] of the
+/// request pointer. Most requests live here; `INFLIGHT` (hash) holds only the requests whose
+/// array slot belongs to another `struct request` (see [`Slot`]).
+pub const INFLIGHT_SLOTS: &str = "INFLIGHT_SLOTS";
+/// `BIO_SLOTS`: array of [`SLOTS`] [`Slot`]`<`[`BioQueued`]`>`, index [`slot_index`] of the bio
+/// address; `BIO_QUEUED` (hash) holds the bios whose slot belongs to another address.
+pub const BIO_SLOTS: &str = "BIO_SLOTS";
+/// Entries of `INFLIGHT_SLOTS` and `BIO_SLOTS` (a power of two).
+pub const SLOTS: u32 = 1 << 14;
+
+/// The slot of a kernel address (a `struct request *` or `struct bio *`) in the direct-mapped
+/// arrays: Fibonacci hashing of the address in 64-byte units (both structs are at least
+/// cache-line aligned slab or page objects), `0..SLOTS`.
+#[inline(always)]
+pub const fn slot_index(addr: u64) -> u32 {
+    ((addr >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as u32
+}
+
+/// One entry of a direct-mapped slot array (`INFLIGHT_SLOTS`, `BIO_SLOTS`): the value of the
+/// kernel object at address `key`. An array lookup is inlined by the verifier (a few ns) where a
+/// hash lookup is a helper call (≈ 46 ns here, BENCHMARKS.md "Building blocks"), and request
+/// structs are preallocated per tag and reused, bios are slab objects reused: the set of
+/// addresses is small and stable, so nearly every object finds its own slot.
+///
+/// **Ownership is permanent**: the first object to claim an empty slot owns it for the map's
+/// life (the programs never write `key` again, the daemon never writes it). Claiming is
+/// `claims += 1` with an atomic add (`BPF_XADD`, every kernel with BPF), then `key = addr` only
+/// if `claims` reads exactly 1: of CPUs racing for the same empty slot at most one wins; losers
+/// (and any object whose slot belongs to another address) use the hash map, as before. So a
+/// slot is only ever written by events of its one owner — for a request that means by its own
+/// life's tracepoints — and never shared by two objects.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Slot<V> {
+    /// The owner's kernel address; 0 while the slot is unclaimed.
+    pub key: u64,
+    /// Claim attempts (atomic add); the slot is claimed by the one whose add made it 1.
+    pub claims: u64,
+    /// The owner's value, as in the hash map.
+    pub value: V,
+}
+
 /// Key of `CLASS_STATS`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -429,6 +471,9 @@ mod pod {
     unsafe impl aya::Pod for super::ErrorKey {}
     unsafe impl aya::Pod for super::Settings {}
     unsafe impl aya::Pod for super::DevState {}
+    // Two u64 then the value: no padding for values whose size is a multiple of 8, as every
+    // slot value's is (`slot_values_have_no_padding`).
+    unsafe impl<V: aya::Pod> aya::Pod for super::Slot<V> {}
 }
 
 #[cfg(test)]
@@ -442,6 +487,26 @@ mod tests {
         assert_eq!(core::mem::size_of::<Inflight>(), 80);
         assert_eq!(core::mem::offset_of!(Inflight, slot), 72);
         assert_eq!(core::mem::size_of::<SlowEvent>(), 104);
+    }
+
+    #[test]
+    fn slot_values_have_no_padding() {
+        assert_eq!(core::mem::size_of::<Slot<Inflight>>(), 16 + 80);
+        assert_eq!(core::mem::size_of::<Slot<BioQueued>>(), 16 + 32);
+    }
+
+    /// Request structs (tag-set pages, a few hundred bytes apart) spread over the slots: 4096
+    /// structs 384 B apart take at least 3/4 of their own slots.
+    #[test]
+    fn slot_index_spreads_request_structs() {
+        let base = 0xffff_8881_0a00_0000u64;
+        let mut seen = std::collections::HashSet::new();
+        for k in 0..4096u64 {
+            let i = slot_index(base + k * 384);
+            assert!(i < SLOTS);
+            seen.insert(i);
+        }
+        assert!(seen.len() > 3072, "{} distinct slots", seen.len());
     }
 
     #[test]

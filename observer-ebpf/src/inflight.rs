@@ -1,27 +1,38 @@
-//! The `INFLIGHT` entry of a request: created when it enters, found by later tracepoints,
-//! freed (kept in the map for the next request on the same struct) when it completes.
+//! The entry of a request: created when it enters, found by later tracepoints, freed (kept for
+//! the next request on the same struct) when it completes. It lives in the request pointer's
+//! slot of `INFLIGHT_SLOTS` if the struct owns that slot (nearly always), else in the
+//! `INFLIGHT` hash map (observer_common::maps::Slot).
 use core::ptr::addr_of_mut;
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
+    macros::map,
+    maps::Array,
 };
 use observer_common::{
     class::classify,
     layout::KernelLayout,
-    maps::{Counter, Inflight},
+    maps::{Counter, Inflight, Slot, SLOTS},
 };
 use observer_ebpf::{
     kernel::{original_flags, read, rq_dev},
+    slots::{claim, owned},
     store::{fill, put},
 };
 
+/// Request pointer → entry, direct-mapped (observer_common::maps::INFLIGHT_SLOTS).
+#[map]
+pub static INFLIGHT_SLOTS: Array<Slot<Inflight>> = Array::with_max_entries(SLOTS, 0);
+
 use crate::{
-    maps::{count, dev_slot, log_class, stats, INFLIGHT, ZERO_INFLIGHT},
+    maps::{count, dev_slot, log_class, scalar, stats, INFLIGHT, ZERO_INFLIGHT},
     probes::bio_queue::queued_at,
 };
 
-/// Starts tracking a request that entered the block layer, with its original cmd_flags.
+/// Starts tracking a request that entered the block layer, with its original cmd_flags. `now`
+/// is the tracepoint's time (ns), or 0 (block_io_start): the entry is then the first bio's
+/// entry (btt Q) if seen, else the clock — no clock read for nearly every request.
 ///
 /// An existing entry for the same `struct request *` means the struct was freed and reused
 /// since we saw it enter: its completion never reached `block_rq_complete` here. With
@@ -41,9 +52,18 @@ pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayou
     // The queue stage starts when the first bio entered (btt Q), if seen: before the request
     // existed (a tag wait, throttling) and, on the fallback kernels, before the insert.
     if let Some(q) = queued_at(read(rq, l.rq_bio)) {
-        if q != 0 && q < enter_ns {
+        if enter_ns == 0 || q < enter_ns {
             enter_ns = q;
         }
+    }
+    if enter_ns == 0 {
+        // block_io_start passes no time of its own and the first bio's entry was not seen (a
+        // split bio, or one that entered before the programs were attached). Not
+        // `rq->start_time_ns`: at this tracepoint it may still hold the previous request's
+        // value (block/blk-mq.c, blk_account_io_start sets it just after trace_block_io_start
+        // when only I/O accounting needs it; seen as > 67 s latencies of split write-back
+        // writes). The clock.
+        enter_ns = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
     }
     let Some(e) = slot(rq, replace) else { return };
     let dev = rq_dev(rq, l);
@@ -78,7 +98,13 @@ pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayou
 /// counted as completed with its latency lost and the entry is returned; without, `None`.
 #[inline(always)]
 pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
-    if let Some(p) = INFLIGHT.get_ptr_mut(&rq) {
+    // A struct that owns its array slot never has a hash entry: ownership is permanent, and a
+    // struct only goes to the hash map when its slot belongs to another one.
+    let found = match claim(&INFLIGHT_SLOTS, scalar(rq)) {
+        Some(p) => Some(p),
+        None => INFLIGHT.get_ptr_mut(&rq),
+    };
+    if let Some(p) = found {
         let old = unsafe { &*p };
         if old.is_live() {
             if !replace {
@@ -115,7 +141,10 @@ pub fn lost(dev: u32, class: u16) {
 /// [`Inflight::is_live`]).
 #[inline(always)]
 pub fn live(rq: u64) -> Option<&'static mut Inflight> {
-    let p = INFLIGHT.get_ptr_mut(&rq)?;
+    let p = match owned(&INFLIGHT_SLOTS, scalar(rq)) {
+        Some(p) => p,
+        None => INFLIGHT.get_ptr_mut(&rq)?,
+    };
     let e = unsafe { &mut *p };
     if e.is_live() {
         Some(e)

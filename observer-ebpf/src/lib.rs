@@ -6,8 +6,10 @@
 //! Maps are not declared here: each object declares its own, so the empty `floor` programs
 //! carry no map the daemon's programs use.
 #![no_std]
+#![feature(asm_experimental_arch)]
 
 pub mod kernel;
+pub mod slots;
 pub mod store;
 
 pub use kernel::{arg, layout, read};

@@ -46,6 +46,28 @@ static ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static LOG_RANGES: Array<LogRanges> = Array::with_max_entries(DEV_SLOTS, 0);
 
+/// One u64 per CPU, where [`scalar`] turns a pointer into a number.
+#[map]
+static SCRATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// A tracepoint's pointer argument as a plain number (0 if the scratch slot is missing, which
+/// it never is), for hashing: in tp_btf programs arguments are typed pointers, whose shifts
+/// and multiplications the verifier refuses ("pointer arithmetic with >>= operator
+/// prohibited"), and a pointer's stack copy cannot be read back in halves ("invalid size of
+/// register fill"). Stored into a map value (allowed for programs loaded with CAP_PERFMON:
+/// kernel/bpf/verifier.c, allow_ptr_leaks) and loaded again, it is a number. Two
+/// instructions after an inlined per-CPU array lookup.
+#[inline(always)]
+pub fn scalar(p: u64) -> u64 {
+    match SCRATCH.get_ptr_mut(0) {
+        Some(s) => unsafe {
+            put(s, p);
+            core::ptr::read_volatile(s)
+        },
+        None => 0,
+    }
+}
+
 #[inline(always)]
 pub fn count(c: Counter) {
     if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {

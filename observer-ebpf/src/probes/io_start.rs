@@ -3,7 +3,7 @@
 //! block_io_start/block_io_done tracepoints"); older kernels enter at `block_rq_insert`
 //! (rq_insert.rs). It never took the queue: the `_q` pair is declared like every handler's but
 //! never chosen.
-use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
+use aya_ebpf::EbpfContext;
 use observer_ebpf::{arg, layout, programs};
 
 use crate::inflight::enter;
@@ -11,7 +11,8 @@ use crate::inflight::enter;
 #[inline(always)]
 fn on_io_start(c: &impl EbpfContext, i: usize) {
     let rq = arg(c, i);
-    enter(rq, unsafe { bpf_ktime_get_ns() }, 0, true, &layout());
+    // No clock read: `enter` takes the first bio's entry time (block_bio_queue).
+    enter(rq, 0, 0, true, &layout());
 }
 
 programs!(on_io_start => "block_io_start", io_start, io_start_raw, 0);

@@ -11,9 +11,11 @@ use aya::{
 };
 use observer_common::maps::{
     self as m, BioQueued, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges, Settings,
+    Slot,
 };
 
 use super::{
+    batch::InflightMaps,
     devslots::DevSlots,
     loader::{load_err, ProbeError},
 };
@@ -21,11 +23,10 @@ use super::{
 /// Every map the daemon reads or writes, owned (so the [`Ebpf`] object only keeps the
 /// programs attached).
 pub struct KernelMaps {
-    /// `INFLIGHT`: request pointer → state (read side, for scrapes).
-    pub inflight: HashMap<MapData, u64, Inflight>,
-    /// A second handle on `INFLIGHT` for the [`crate::collect::reaper`], the only userspace
-    /// writer.
-    pub inflight_rw: Mutex<HashMap<MapData, u64, Inflight>>,
+    /// `INFLIGHT_SLOTS` and `INFLIGHT`: request pointer → state (read side, for scrapes).
+    pub inflight: InflightMaps,
+    /// Second handles on both for the [`crate::collect::reaper`], the only userspace writer.
+    pub inflight_rw: Mutex<InflightMaps>,
     /// `CLASS_STATS`: (dev, class) → per-CPU stats.
     pub class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats>,
     /// `ERRORS`: (dev, class, status) → per-CPU count.
@@ -42,6 +43,8 @@ pub struct KernelMaps {
     /// `BIO_QUEUED`: bio address → a bio that entered and has no request yet (`queue_ns` ≠ 0),
     /// or an unused entry; unused ones are deleted by the reaper.
     pub bio_queued: Mutex<HashMap<MapData, u64, BioQueued>>,
+    /// `BIO_SLOTS`: bio address → the same, direct-mapped (read only).
+    pub bio_slots: Array<MapData, Slot<BioQueued>>,
     /// Second handles on `CLASS_STATS` and `ERRORS` that delete the entries of disks gone
     /// for `[devices] forget_after`.
     pub gone: Mutex<GoneDevices>,
@@ -76,6 +79,9 @@ impl KernelMaps {
             MapData::from_fd(fd).map_err(conv(name))
         };
         let inflight_rw = dup(IterableMap::map(&inflight), m::INFLIGHT)?;
+        let inflight_slots: Array<MapData, Slot<Inflight>> =
+            Array::try_from(take(m::INFLIGHT_SLOTS)?).map_err(conv(m::INFLIGHT_SLOTS))?;
+        let inflight_slots_rw = dup(IterableMap::map(&inflight_slots), m::INFLIGHT_SLOTS)?;
         let class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats> =
             PerCpuHashMap::try_from(take(m::CLASS_STATS)?).map_err(conv(m::CLASS_STATS))?;
         let errors: PerCpuHashMap<MapData, ErrorKey, u64> =
@@ -93,10 +99,15 @@ impl KernelMaps {
             .map_err(conv(m::ERRORS))?,
         );
         Ok(KernelMaps {
-            inflight,
-            inflight_rw: Mutex::new(
-                HashMap::try_from(Map::HashMap(inflight_rw)).map_err(conv(m::INFLIGHT))?,
-            ),
+            inflight: InflightMaps {
+                hash: inflight,
+                slots: inflight_slots,
+            },
+            inflight_rw: Mutex::new(InflightMaps {
+                hash: HashMap::try_from(Map::HashMap(inflight_rw)).map_err(conv(m::INFLIGHT))?,
+                slots: Array::try_from(Map::Array(inflight_slots_rw))
+                    .map_err(conv(m::INFLIGHT_SLOTS))?,
+            }),
             class_stats,
             errors,
             gone: Mutex::new(gone),
@@ -115,6 +126,7 @@ impl KernelMaps {
             bio_queued: Mutex::new(
                 HashMap::try_from(take(m::BIO_QUEUED)?).map_err(conv(m::BIO_QUEUED))?,
             ),
+            bio_slots: Array::try_from(take(m::BIO_SLOTS)?).map_err(conv(m::BIO_SLOTS))?,
             inflight_capacity,
             class_stats_capacity,
         })

@@ -20,11 +20,11 @@ use std::{
 };
 
 use aya::maps::{HashMap, MapData};
-use observer_common::maps::{BioQueued, ClassKey, Inflight};
+use observer_common::maps::{BioQueued, ClassKey};
 
 use crate::{
     bpf::{
-        batch::read_inflight,
+        batch::{read_hash, read_slots, InflightMaps},
         reqstate::{RequestProbe, RequestState},
     },
     time::monotonic_ns,
@@ -86,22 +86,18 @@ impl Reaper {
     }
 
     /// One pass: retires entries the kernel says are not in flight (twice in a row), and
-    /// deletes free entries (kept by the programs for reuse) when the map is more than half
-    /// full, so request structs of devices that went away cannot fill it. Returns how many
-    /// requests were retired.
-    pub fn reap(
-        &mut self,
-        inflight: &mut HashMap<MapData, u64, Inflight>,
-        capacity: u32,
-        reaped: &Reaped,
-    ) -> usize {
+    /// deletes free entries (kept by the programs for reuse) of the `INFLIGHT` hash map when it
+    /// is more than half full (`capacity`), so request structs of devices that went away
+    /// cannot fill it (slots of `INFLIGHT_SLOTS` stay their struct's, see
+    /// observer_common::maps::Slot). Returns how many requests were retired.
+    pub fn reap(&mut self, inflight: &mut InflightMaps, capacity: u32, reaped: &Reaped) -> usize {
         let now = monotonic_ns();
         let mut free = Vec::new();
-        let mut total = 0u32;
         let mut suspects = StdHashMap::new();
         let mut retire = Vec::new();
-        for (rq, e) in read_inflight(inflight) {
-            total += 1;
+        let hash = read_hash(&inflight.hash);
+        let total = hash.len() as u32;
+        for (rq, e) in read_slots(&inflight.slots).into_iter().chain(hash) {
             if !e.is_live() {
                 free.push(rq);
                 continue;
@@ -131,20 +127,25 @@ impl Reaper {
         self.suspects = suspects;
         if total > capacity / 2 {
             for rq in free {
-                // Only if still free: the programs may have reused it meanwhile.
-                if inflight.get(&rq, 0).is_ok_and(|e| !e.is_live()) {
-                    let _ = inflight.remove(&rq);
+                // Only hash entries (slots stay their struct's), and only if still free: the
+                // programs may have reused it meanwhile.
+                if inflight.hash.get(&rq, 0).is_ok_and(|e| !e.is_live()) {
+                    let _ = inflight.hash.remove(&rq);
                 }
             }
         }
         let mut n = 0;
         for (rq, e) in retire {
             // Still the same request? (The struct may have been reused meanwhile.)
-            match inflight.get(&rq, 0) {
-                Ok(cur) if cur.enter_ns == e.enter_ns && cur.dispatch_ns == e.dispatch_ns => {}
+            let place = match inflight.get(rq) {
+                Some((p, cur))
+                    if cur.enter_ns == e.enter_ns && cur.dispatch_ns == e.dispatch_ns =>
+                {
+                    p
+                }
                 _ => continue,
-            }
-            if inflight.remove(&rq).is_ok() {
+            };
+            if inflight.retire(rq, place, &e).is_ok() {
                 *reaped
                     .0
                     .lock()

@@ -1,4 +1,4 @@
-//! Requests in flight now, from `INFLIGHT`: `/inflight` and the stuck list of `/stalls`.
+//! Requests in flight now, from `INFLIGHT_SLOTS` and `INFLIGHT`: `/inflight` and the stuck list of `/stalls`.
 
 use observer_common::maps::Inflight;
 
@@ -7,7 +7,10 @@ use super::{
     records::{Filter, InflightRequest, Submitter},
 };
 use crate::{
-    bpf::{batch::read_inflight, maps::KernelMaps},
+    bpf::{
+        batch::{read_bios, read_inflight},
+        maps::KernelMaps,
+    },
     config::DeviceFilter,
     labels::{comm, device_name, ClassInfo},
     time::Clock,
@@ -33,8 +36,8 @@ pub fn inflight(
     // or cgroup (captured only for requests).
     let bios: Vec<_> = {
         let map = maps.bio_queued.lock().expect("BIO_QUEUED lock");
-        map.iter()
-            .filter_map(Result::ok)
+        read_bios(&maps.bio_slots, &map)
+            .into_iter()
             .filter(|(_, b)| b.queue_ns != 0)
             .collect()
     };
