@@ -248,17 +248,16 @@ fn fua_write_waiting_for_post_flush_stays_in_flight() {
 }
 
 /// The reaper's positive case, against the kernel's own state: a real, idle `struct request`
-/// of the test device is made to look dispatched 3 s ago in `INFLIGHT` (as if its completion
+/// of the test device is made to look dispatched 3 s ago in its slot of `INFLIGHT_SLOTS` (or
+/// its `INFLIGHT` entry) (as if its completion
 /// had been missed: its free entry, kept for reuse, is rewritten in place). The kernel says
 /// the request is not in flight, so the reaper retires it within its two 1 s passes: gone
 /// from `/inflight`, counted once in `blkobs_lost_completions_total` of that device.
 #[test]
 fn reaper_retires_a_request_the_kernel_says_is_not_in_flight() {
-    use aya::maps::{loaded_maps, HashMap, Map, MapData};
-    use observer_common::{
-        class::{Op, OP_MASK},
-        maps::Inflight,
-    };
+    use aya::maps::{loaded_maps, Array, HashMap, Map, MapData};
+    use observer::bpf::batch::{read_inflight, InflightMaps};
+    use observer_common::class::{Op, OP_MASK};
     if !require_root("reaper_retires_a_request_the_kernel_says_is_not_in_flight") {
         return;
     }
@@ -272,24 +271,29 @@ fn reaper_retires_a_request_the_kernel_says_is_not_in_flight() {
         1.0
     );
     let before = lost_untracked(&daemon, &dev.name);
-    // The daemon's INFLIGHT: the newest map of that name.
-    let id = loaded_maps()
-        .filter_map(Result::ok)
-        .filter(|m| m.name_as_str() == Some("INFLIGHT"))
-        .map(|m| m.id())
-        .max()
-        .expect("the daemon's INFLIGHT map");
-    let data = MapData::from_id(id).unwrap();
-    let mut map: HashMap<MapData, u64, Inflight> = HashMap::try_from(Map::HashMap(data)).unwrap();
-    let (rq, mut e) = map
-        .iter()
-        .filter_map(Result::ok)
+    // The daemon's INFLIGHT_SLOTS and INFLIGHT: the newest maps of those names.
+    let newest = |name: &str| {
+        let id = loaded_maps()
+            .filter_map(Result::ok)
+            .filter(|m| m.name_as_str() == Some(name))
+            .map(|m| m.id())
+            .max()
+            .unwrap_or_else(|| panic!("the daemon's {name} map"));
+        MapData::from_id(id).unwrap()
+    };
+    let mut maps = InflightMaps {
+        hash: HashMap::try_from(Map::HashMap(newest("INFLIGHT"))).unwrap(),
+        slots: Array::try_from(Map::Array(newest("INFLIGHT_SLOTS"))).unwrap(),
+    };
+    let (rq, _) = read_inflight(&maps)
+        .into_iter()
         .find(|(_, e)| !e.is_live() && e.dev == dev.kdev() && e.class & OP_MASK == Op::Write as u16)
         .expect("a free entry of a write on the test device (kept for reuse after its completion)");
+    let (place, mut e) = maps.get(rq).expect("the entry, read again");
     let now = observer::time::monotonic_ns();
     e.enter_ns = now - 3_000_000_000;
     e.dispatch_ns = now - 2_900_000_000;
-    map.insert(rq, e, 0).unwrap();
+    maps.write(rq, place, &e).unwrap();
     let listed = json(&daemon, &format!("/inflight?device={}", dev.name));
     assert_eq!(listed["requests"].as_array().unwrap().len(), 1, "{listed}");
     let gone = wait_for(Duration::from_secs(6), || {

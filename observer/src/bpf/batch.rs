@@ -67,19 +67,36 @@ impl InflightMaps {
     ) -> Result<(), aya::maps::MapError> {
         match place {
             Place::Hash => self.hash.remove(&rq),
-            Place::Slot(i) => {
-                let freed = Inflight {
+            Place::Slot(_) => self.write(
+                rq,
+                place,
+                &Inflight {
                     enter_ns: 0,
                     dispatch_ns: 0,
                     ..*e
-                };
+                },
+            ),
+        }
+    }
+
+    /// Overwrites the entry of `rq` at `place` (from [`InflightMaps::get`]); a slot keeps its
+    /// owner and claim count. For the reaper and tests. Errors are the map update's.
+    pub fn write(
+        &mut self,
+        rq: u64,
+        place: Place,
+        e: &Inflight,
+    ) -> Result<(), aya::maps::MapError> {
+        match place {
+            Place::Hash => self.hash.insert(rq, e, 0),
+            Place::Slot(i) => {
                 let claims = self.slots.get(&i, 0)?.claims;
                 self.slots.set(
                     i,
                     Slot {
                         key: rq,
                         claims,
-                        value: freed,
+                        value: *e,
                     },
                     0,
                 )
