@@ -2,7 +2,10 @@
 //!
 //! | map | type | key | value |
 //! |---|---|---|---|
-//! | `INFLIGHT` | hash | `struct request *` as u64 | [`Inflight`] |
+//! | `INFLIGHT_SLOTS` | array of [`SLOTS`], index [`slot_index`]`(rq)` | [`Slot`]`<`[`Inflight`]`>` (key: `struct request *`) |
+//! | `INFLIGHT` | hash | `struct request *` as u64 | [`Inflight`] (requests whose slot another struct owns) |
+//! | `BIO_SLOTS` | array of [`SLOTS`], index [`slot_index`]`(bio)` | [`Slot`]`<`[`BioQueued`]`>` (key: `struct bio *`) |
+//! | `BIO_QUEUED` | hash | `struct bio *` as u64 | [`BioQueued`] (bios whose slot another address owns) |
 //! | `CLASS_STATS` | per-CPU hash | [`ClassKey`] | [`ClassStats`] |
 //! | `ERRORS` | per-CPU hash | [`ErrorKey`] | u64 count |
 //! | `COUNTERS` | per-CPU array | [`Counter`] as u32 | u64 |
