@@ -147,7 +147,6 @@ fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
 }
 
 fn main() -> ExitCode {
-    daemon::tune_allocator();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("OBSERVER_LOG")
@@ -189,6 +188,8 @@ fn main() -> ExitCode {
         println!("configuration OK");
         return ExitCode::SUCCESS;
     }
+    // The daemon only (not the client commands): before any thread exists.
+    daemon::tune_allocator();
     match daemon::run(cfg, web, move || load_config(&cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
