@@ -44,7 +44,7 @@ pub struct KernelBtf {
 
 impl KernelBtf {
     /// Opens a BTF file (usually [`VMLINUX_BTF`], ~5 MiB). Memory-mapped where the kernel
-    /// allows it (sysfs BTF is mmap-able since 6.15, `kernel/bpf/sysfs_btf.c`): only an index
+    /// allows it (a recent addition to `kernel/bpf/sysfs_btf.c`; 6.18 here): only an index
     /// of type offsets is built (~1 MiB), and lookups scan the mapping. Elsewhere the file is
     /// read whole and parsed into btf_rs's cache (start-up RSS ~44 MiB for a 6.18 vmlinux, the
     /// daemon's peak): not through `btf_rs::Btf::from_file`, which seeks a `BufReader` per
