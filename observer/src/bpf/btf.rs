@@ -43,12 +43,14 @@ pub struct KernelBtf {
 }
 
 impl KernelBtf {
-    /// Opens a BTF file (usually [`VMLINUX_BTF`], ~5 MiB). Memory-mapped where the kernel
-    /// allows it (a recent addition to `kernel/bpf/sysfs_btf.c`; 6.18 here): only an index
-    /// of type offsets is built (~1 MiB), and lookups scan the mapping. Elsewhere the file is
-    /// read whole and parsed into btf_rs's cache (start-up RSS ~44 MiB for a 6.18 vmlinux, the
-    /// daemon's peak): not through `btf_rs::Btf::from_file`, which seeks a `BufReader` per
-    /// type, ~126,000 `lseek` calls, 27 s under strace.
+    /// Opens a BTF file (usually [`VMLINUX_BTF`], 5.5 MB on 6.18). Memory-mapped where the
+    /// kernel allows it (a recent addition to `kernel/bpf/sysfs_btf.c`; 6.18 here): only an
+    /// index of type offsets is built (~1 MiB), and lookups scan the mapping. Elsewhere (the
+    /// matrix's 5.10, 6.1, 6.12) the file is copied into an anonymous memory file and that is
+    /// mapped ([`Self::from_memfd_copy`]). If that fails too, the file is read whole and parsed
+    /// into btf_rs's cache (RSS ~44 MiB right after, for a 6.18 vmlinux): not through
+    /// `btf_rs::Btf::from_file`, which seeks a `BufReader` per type, ~126,000 `lseek` calls,
+    /// 27 s under strace. Errors: the file cannot be read or is not BTF.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, LayoutError> {
         let path = path.as_ref();
         let err = |source: anyhow::Error| LayoutError::Read {
@@ -58,10 +60,41 @@ impl KernelBtf {
         if let Ok(btf) = Btf::from_file_with_backend(path, Backend::Mmap) {
             return Ok(Self { btf });
         }
+        match Self::from_memfd_copy(path) {
+            Ok(btf) => return Ok(btf),
+            Err(e) => {
+                tracing::debug!(error = %format!("{e:#}"), "mapping a copy of kernel BTF failed; parsing it whole")
+            }
+        }
         let bytes = std::fs::read(path).map_err(|e| err(e.into()))?;
         Btf::from_bytes(&bytes)
             .map(|btf| Self { btf })
             .map_err(|e| err(e.into()))
+    }
+
+    /// Copies a BTF file into an anonymous memory file (`memfd_create(2)`, in systemd's
+    /// `@system-service` syscall set) and maps that read-only, through `/proc/self/fd`: the
+    /// same index-only lookups as a mapping of the file itself, for kernels whose sysfs BTF
+    /// cannot be mapped. Memory: the file's size (shared memory, resident while mapped),
+    /// given back when this is dropped. Errors: memfd_create, the copy, `/proc` unavailable,
+    /// or the file is not BTF.
+    pub fn from_memfd_copy(path: impl AsRef<Path>) -> anyhow::Result<Self> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let mut src = std::fs::File::open(path.as_ref())?;
+        // SAFETY: the name is NUL-terminated; on success the fd is ours alone.
+        let fd = unsafe { libc::memfd_create(c"blkobs-kernel-btf".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        let mut copy = unsafe { std::fs::File::from_raw_fd(fd) };
+        std::io::copy(&mut src, &mut copy)?;
+        // The mapping keeps the memory file alive after `copy` closes it.
+        let btf = Btf::from_file_with_backend(
+            format!("/proc/self/fd/{}", copy.as_raw_fd()),
+            Backend::Mmap,
+        )?;
+        Ok(Self { btf })
     }
 
     fn named_types(&self, name: &str) -> Vec<Type> {
@@ -464,7 +497,8 @@ mod tests {
     }
 
     /// The index built from our lookups gives aya's loader the same attach ids as aya's own
-    /// parse of all of vmlinux BTF.
+    /// parse of all of vmlinux BTF; and the mapped memfd copy (the path for kernels whose
+    /// sysfs BTF cannot be mapped) resolves the same as the file itself.
     #[test]
     fn attach_id_index_matches_aya_parse() {
         use aya_obj::btf::BtfKind;
@@ -480,11 +514,16 @@ mod tests {
             return;
         }
         let kbtf = KernelBtf::from_file(VMLINUX_BTF).unwrap();
+        let copy = KernelBtf::from_memfd_copy(VMLINUX_BTF).unwrap();
+        assert_eq!(kbtf.kernel_layout().unwrap(), copy.kernel_layout().unwrap());
         let tps = ["block_rq_issue", "block_rq_complete", "block_bio_queue"];
         let typedefs: Vec<(&str, u32)> = tps
             .iter()
             .map(|&tp| (tp, kbtf.tracepoint_typedef_id(tp).unwrap()))
             .collect();
+        for &(tp, id) in &typedefs {
+            assert_eq!(copy.tracepoint_typedef_id(tp), Some(id));
+        }
         assert_eq!(kbtf.tracepoint_typedef_id("no_such_tracepoint"), None);
         let index = attach_id_index(&typedefs).unwrap();
         let full = aya::Btf::from_sys_fs().unwrap();
