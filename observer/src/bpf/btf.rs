@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use btf_rs::{Btf, BtfType, Type};
+use btf_rs::{Backend, Btf, BtfType, Type};
 use fallible_iterator::FallibleIterator;
 use observer_common::layout::KernelLayout;
 
@@ -43,19 +43,58 @@ pub struct KernelBtf {
 }
 
 impl KernelBtf {
-    /// Parses a BTF file (usually [`VMLINUX_BTF`], ~5 MiB). The file is read whole first:
-    /// `btf_rs::Btf::from_file` seeks a `BufReader` per type, ~126,000 `lseek` calls for a
-    /// 6.18 vmlinux, which under strace or a seccomp-heavy sandbox took 27 s.
+    /// Opens a BTF file (usually [`VMLINUX_BTF`], 5.5 MB on 6.18). Memory-mapped where the
+    /// kernel allows it (a recent addition to `kernel/bpf/sysfs_btf.c`; 6.18 here): only an
+    /// index of type offsets is built (~1 MiB), and lookups scan the mapping. Elsewhere (the
+    /// matrix's 5.10, 6.1, 6.12) the file is copied into an anonymous memory file and that is
+    /// mapped ([`Self::from_memfd_copy`]). If that fails too, the file is read whole and parsed
+    /// into btf_rs's cache (RSS ~44 MiB right after, for a 6.18 vmlinux): not through
+    /// `btf_rs::Btf::from_file`, which seeks a `BufReader` per type, ~126,000 `lseek` calls,
+    /// 27 s under strace. Errors: the file cannot be read or is not BTF.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, LayoutError> {
         let path = path.as_ref();
         let err = |source: anyhow::Error| LayoutError::Read {
             path: path.display().to_string(),
             source,
         };
+        if let Ok(btf) = Btf::from_file_with_backend(path, Backend::Mmap) {
+            return Ok(Self { btf });
+        }
+        match Self::from_memfd_copy(path) {
+            Ok(btf) => return Ok(btf),
+            Err(e) => {
+                tracing::debug!(error = %format!("{e:#}"), "mapping a copy of kernel BTF failed; parsing it whole")
+            }
+        }
         let bytes = std::fs::read(path).map_err(|e| err(e.into()))?;
         Btf::from_bytes(&bytes)
             .map(|btf| Self { btf })
             .map_err(|e| err(e.into()))
+    }
+
+    /// Copies a BTF file into an anonymous memory file (`memfd_create(2)`, in systemd's
+    /// `@system-service` syscall set) and maps that read-only, through `/proc/self/fd`: the
+    /// same index-only lookups as a mapping of the file itself, for kernels whose sysfs BTF
+    /// cannot be mapped. Memory: the file's size (shared memory, resident while mapped),
+    /// given back when this is dropped. Errors: memfd_create, the copy, `/proc` unavailable,
+    /// or the file is not BTF.
+    pub fn from_memfd_copy(path: impl AsRef<Path>) -> anyhow::Result<Self> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let mut src = std::fs::File::open(path.as_ref())?;
+        // SAFETY: the name is NUL-terminated; on success the fd is ours alone.
+        let fd = unsafe { libc::memfd_create(c"blkobs-kernel-btf".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        let mut copy = unsafe { std::fs::File::from_raw_fd(fd) };
+        std::io::copy(&mut src, &mut copy)?;
+        // The mapping keeps the memory file alive after `copy` closes it.
+        let btf = Btf::from_file_with_backend(
+            format!("/proc/self/fd/{}", copy.as_raw_fd()),
+            Backend::Mmap,
+        )?;
+        Ok(Self { btf })
     }
 
     fn named_types(&self, name: &str) -> Vec<Type> {
@@ -162,6 +201,19 @@ impl KernelBtf {
             ty = next;
         }
         None
+    }
+
+    /// Type id of the `btf_trace_<tp>` typedef: what a tp_btf program names as its attach
+    /// point (`attach_btf_id`, checked by the kernel in `bpf_check_attach_target`,
+    /// kernel/bpf/verifier.c). `None` if the kernel lacks the tracepoint.
+    pub fn tracepoint_typedef_id(&self, tp: &str) -> Option<u32> {
+        let ids = self
+            .btf
+            .resolve_ids_by_name(&format!("btf_trace_{tp}"))
+            .unwrap_or_default();
+        ids.into_iter()
+            .filter(|&id| matches!(self.btf.resolve_type_by_id(id), Ok(Type::Typedef(_))))
+            .min()
     }
 
     /// Argument layout of a `block_rq_*` or `block_bio_*merge` tracepoint, or `None` if absent.
@@ -275,6 +327,47 @@ impl KernelBtf {
             loaded_ns: 0,
         })
     }
+}
+
+/// An [`aya::Btf`] that answers what `BtfTracePoint::load` asks of kernel BTF, the type id of
+/// each `btf_trace_<tp>` typedef (aya 0.14 `Btf::id_by_type_name_kind`, a scan by position),
+/// without the rest of vmlinux BTF. `typedefs` are `(tracepoint, id)` pairs, the ids from
+/// [`KernelBtf::tracepoint_typedef_id`]. Every other id up to the largest is an anonymous
+/// `void *`, so it is 12 bytes of BTF per id (~29,000 ids on 6.18: 0.35 MB, RSS +2 MiB parsed),
+/// where aya's `Btf::from_sys_fs` of all of vmlinux BTF (5.5 MB on 6.18) holds ~13 MiB and
+/// peaks ~19 MiB above the daemon's RSS. The kernel still checks each id against its own BTF
+/// when the program is loaded (a wrong id is refused, and the daemon falls back to raw_tp).
+/// Errors: only if aya rejects the built BTF (a bug here).
+pub fn attach_id_index(typedefs: &[(&str, u32)]) -> Result<aya::Btf, aya::BtfError> {
+    const KIND_PTR: u32 = 2;
+    const KIND_TYPEDEF: u32 = 8;
+    let last = typedefs.iter().map(|&(_, id)| id).max().unwrap_or(0);
+    let mut strings = vec![0u8];
+    let mut types = vec![[0, KIND_PTR << 24, 0]; last as usize];
+    for &(tp, id) in typedefs {
+        let Some(slot) = (id as usize).checked_sub(1).and_then(|i| types.get_mut(i)) else {
+            continue;
+        };
+        *slot = [strings.len() as u32, KIND_TYPEDEF << 24, 0];
+        strings.extend_from_slice(format!("btf_trace_{tp}").as_bytes());
+        strings.push(0);
+    }
+    let type_len = (types.len() * 12) as u32;
+    // struct btf_header (include/uapi/linux/btf.h): magic, version, flags, hdr_len, then the
+    // type and string sections' offsets and lengths after the header.
+    let mut raw = Vec::with_capacity(24 + type_len as usize + strings.len());
+    raw.extend_from_slice(&0xeb9f_u16.to_ne_bytes());
+    raw.extend_from_slice(&[1, 0]);
+    for v in [24, 0, type_len, type_len, strings.len() as u32] {
+        raw.extend_from_slice(&v.to_ne_bytes());
+    }
+    for t in &types {
+        for v in t {
+            raw.extend_from_slice(&v.to_ne_bytes());
+        }
+    }
+    raw.extend_from_slice(&strings);
+    aya::Btf::parse(&raw, aya::Endianness::default())
 }
 
 #[cfg(test)]
@@ -401,5 +494,61 @@ mod tests {
         assert_eq!(btf.tracepoint_args("block_rq_complete").unwrap().len(), 3);
         assert!(btf.tracepoint_args("no_such_tracepoint").is_none());
         assert!(btf.member_offset("request", "no_such_member").is_err());
+    }
+
+    /// The index built from our lookups gives aya's loader the same attach ids as aya's own
+    /// parse of all of vmlinux BTF; and the mapped memfd copy (the path for kernels whose
+    /// sysfs BTF cannot be mapped) resolves the same as the file itself.
+    #[test]
+    fn attach_id_index_matches_aya_parse() {
+        use aya_obj::btf::BtfKind;
+        let ci = std::env::var("CI").is_ok_and(|v| {
+            !matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "" | "0" | "false" | "no" | "off"
+            )
+        });
+        if !Path::new(VMLINUX_BTF).exists() {
+            assert!(!ci, "cannot run under CI: no {VMLINUX_BTF}");
+            eprintln!("SKIPPED: no {VMLINUX_BTF}");
+            return;
+        }
+        let kbtf = KernelBtf::from_file(VMLINUX_BTF).unwrap();
+        let copy = KernelBtf::from_memfd_copy(VMLINUX_BTF).unwrap();
+        assert_eq!(kbtf.kernel_layout().unwrap(), copy.kernel_layout().unwrap());
+        let tps = ["block_rq_issue", "block_rq_complete", "block_bio_queue"];
+        let typedefs: Vec<(&str, u32)> = tps
+            .iter()
+            .map(|&tp| (tp, kbtf.tracepoint_typedef_id(tp).unwrap()))
+            .collect();
+        for &(tp, id) in &typedefs {
+            assert_eq!(copy.tracepoint_typedef_id(tp), Some(id));
+        }
+        assert_eq!(kbtf.tracepoint_typedef_id("no_such_tracepoint"), None);
+        let index = attach_id_index(&typedefs).unwrap();
+        let full = aya::Btf::from_sys_fs().unwrap();
+        for tp in tps {
+            let name = format!("btf_trace_{tp}");
+            assert_eq!(
+                index.id_by_type_name_kind(&name, BtfKind::Typedef).unwrap(),
+                full.id_by_type_name_kind(&name, BtfKind::Typedef).unwrap(),
+                "{name}"
+            );
+        }
+        assert!(index
+            .id_by_type_name_kind("btf_trace_block_rq_insert", BtfKind::Typedef)
+            .is_err());
+    }
+
+    /// Without a kernel: each typedef at its id, nothing else named.
+    #[test]
+    fn attach_id_index_places_typedefs_by_id() {
+        use aya_obj::btf::BtfKind;
+        let index = attach_id_index(&[("a", 3), ("b", 7)]).unwrap();
+        let id = |n: &str| index.id_by_type_name_kind(n, BtfKind::Typedef).ok();
+        assert_eq!(id("btf_trace_a"), Some(3));
+        assert_eq!(id("btf_trace_b"), Some(7));
+        assert_eq!(id("btf_trace_c"), None);
+        assert!(attach_id_index(&[]).is_ok());
     }
 }

@@ -1,6 +1,8 @@
 //! Loads the embedded eBPF object, hands it the kernel layout, and attaches one program per
 //! block tracepoint (tp_btf preferred, raw_tp fallback, the argument layout the kernel has).
 
+use std::cell::OnceCell;
+
 use aya::{
     programs::{BtfTracePoint, RawTracePoint},
     Btf, Ebpf, EbpfLoader,
@@ -12,7 +14,7 @@ use observer_common::{
 use tracing::{info, warn};
 
 use super::{
-    btf::{ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF},
+    btf::{attach_id_index, ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF},
     maps::KernelMaps,
     reqstate::RequestProbe,
     tracepoints::{attach_order, Tracepoint},
@@ -128,26 +130,45 @@ impl Mode {
 /// tracepoint.
 type Step = (String, &'static str);
 
+/// The one loader for both objects. `EbpfLoader::new()` parses all of vmlinux BTF (aya's
+/// `Btf::from_sys_fs`, for CO-RE relocations: RSS +19 MiB while it parses, 13 MiB held, on
+/// 6.18), and every `new()` parses again; so it is made once, first, while the daemon is
+/// small, and that BTF is dropped at once: the objects have no CO-RE relocations (their
+/// `.BTF.ext` has an empty `core_relo` section: kernel offsets come from [`KernelLayout`]),
+/// so loading them without target BTF is the same, and the tp_btf attach ids come from
+/// [`attach_id_index`]. Start-up peak (VmHWM) on 6.18: 25 MiB, here; it was 37 MiB while the
+/// loader's BTF and a second parse for the tp_btf ids were held together (and a third parse
+/// for the request-state probe's loader followed).
+fn object_loader<'a>() -> EbpfLoader<'a> {
+    let mut loader = EbpfLoader::new();
+    loader.btf(None);
+    // SAFETY: malloc_trim only returns free heap memory to the system.
+    unsafe { libc::malloc_trim(0) };
+    loader
+}
+
 /// Loads the object with the layout and map sizes, loads (verifies) every program in one mode,
 /// then attaches them in the order given, one right after the other: verification takes tens
 /// of ms per program, and requests that enter before the entry point is attached complete
 /// untracked (measured on a loop device at ~85k IOPS: 6,119 untracked when each program was
-/// verified just before its attach).
-fn load_and_attach(
+/// verified just before its attach). `slot` keeps this attempt's layout for as long as the
+/// loader borrows it (aya's `override_global`).
+fn load_and_attach<'a>(
+    loader: &mut EbpfLoader<'a>,
+    slot: &'a OnceCell<KernelLayout>,
     mode: Mode,
     layout: &KernelLayout,
     btf: &Btf,
     capacity: (u32, u32),
     plan: &[Step],
 ) -> Result<Ebpf, ProbeError> {
-    let layout = KernelLayout {
+    let layout = slot.get_or_init(|| KernelLayout {
         direct_loads: u32::from(mode == Mode::Btf),
         loaded_ns: monotonic_ns(),
         ..*layout
-    };
-    let mut ebpf = EbpfLoader::new()
-        .btf(Some(btf))
-        .override_global("LAYOUT", &layout, true)
+    });
+    let mut ebpf = loader
+        .override_global("LAYOUT", layout, true)
         .map_max_entries(m::INFLIGHT, capacity.0)
         .map_max_entries(m::CLASS_STATS, capacity.1)
         .load(OBJECT)
@@ -236,19 +257,24 @@ fn plan(kbtf: &KernelBtf, layout: &KernelLayout) -> Result<(Tracepoint, Vec<Step
 
 /// Loads as `tp_btf` and, if any program is refused there, everything again as `raw_tp`
 /// (`OBSERVER_ATTACH=raw_tp` forces that). Returns the object and the mode that worked.
-fn load_either_mode(
+/// `slots` keep each attempt's layout for as long as the loader borrows it.
+fn load_either_mode<'a>(
+    loader: &mut EbpfLoader<'a>,
+    slots: &'a [OnceCell<KernelLayout>; 2],
     layout: &KernelLayout,
     btf: &Btf,
     capacity: (u32, u32),
     steps: &[Step],
 ) -> Result<(Ebpf, Mode), ProbeError> {
-    let attempt = |mode| load_and_attach(mode, layout, btf, capacity, steps).map(|e| (e, mode));
+    let mut attempt = |mode, slot| {
+        load_and_attach(loader, slot, mode, layout, btf, capacity, steps).map(|e| (e, mode))
+    };
     if std::env::var("OBSERVER_ATTACH").as_deref() == Ok("raw_tp") {
-        return attempt(Mode::Raw);
+        return attempt(Mode::Raw, &slots[1]);
     }
-    attempt(Mode::Btf).or_else(|e| {
+    attempt(Mode::Btf, &slots[0]).or_else(|e| {
         warn!(error = %format!("{e:#}"), "tp_btf programs refused; loading everything again as raw_tp");
-        attempt(Mode::Raw)
+        attempt(Mode::Raw, &slots[1])
     })
 }
 
@@ -263,19 +289,33 @@ pub fn attach(
     settings: Settings,
 ) -> Result<(Probes, KernelMaps), ProbeError> {
     check_privileges()?;
+    // Values the loader borrows (aya's `override_global`): declared before it, so they outlive it.
+    let layout_slots: [OnceCell<KernelLayout>; 2] = Default::default();
+    let probe_layout = OnceCell::new();
+    let mut loader = object_loader();
     let kbtf = KernelBtf::from_file(VMLINUX_BTF)?;
     let layout = kbtf.kernel_layout()?;
     let stats_entries = class_stats_entries(stats_memory_mib);
     let (enter, steps) = plan(&kbtf, &layout)?;
     let mq_rq_in_flight = kbtf.enum_values(&["MQ_RQ_IN_FLIGHT"])[0];
-    // Free that parse before aya parses BTF again (peak RSS: the kernel's BTF is several MB).
+    let typedefs: Vec<(&str, u32)> = steps
+        .iter()
+        .filter_map(|&(_, tp)| kbtf.tracepoint_typedef_id(tp).map(|id| (tp, id)))
+        .collect();
     drop(kbtf);
-    let btf =
-        Btf::from_sys_fs().map_err(|e| load_err("reading kernel BTF for tp_btf")(e.into()))?;
-    let (mut ebpf, mode) =
-        load_either_mode(&layout, &btf, (inflight_entries, stats_entries), &steps)?;
+    let btf = attach_id_index(&typedefs)
+        .map_err(|e| load_err("indexing kernel BTF for tp_btf")(e.into()))?;
+    let (mut ebpf, mode) = load_either_mode(
+        &mut loader,
+        &layout_slots,
+        &layout,
+        &btf,
+        (inflight_entries, stats_entries),
+        &steps,
+    )?;
     drop(btf);
-    // Give the memory of both BTF parses back to the system.
+    // Give the memory of the BTF lookups and the object's parse back to the system.
+    // SAFETY: malloc_trim only returns free heap memory to the system.
     unsafe { libc::malloc_trim(0) };
     let (mode, enter_tp) = (mode.name(), enter.name);
     info!(
@@ -292,8 +332,14 @@ pub fn attach(
                 "kernel BTF has no MQ_RQ_IN_FLIGHT"
             ))
         })
-        .and_then(|v| RequestProbe::load(&layout, v))
-    {
+        .and_then(|v| {
+            // raw_tp: struct fields are read with bpf_probe_read_kernel.
+            let probe_layout = probe_layout.get_or_init(|| KernelLayout {
+                direct_loads: 0,
+                ..layout
+            });
+            RequestProbe::load(&mut loader, probe_layout, v)
+        }) {
         Ok(p) => Some(p),
         Err(e) => {
             warn!(error = %format!("{e:#}"), "requests whose completion was not seen stay tracked until their struct is reused");

@@ -44,16 +44,19 @@ pub struct RequestProbe {
 }
 
 impl RequestProbe {
-    /// Loads the program with the kernel layout (`request::state` offset) and the value of
-    /// MQ_RQ_IN_FLIGHT from kernel BTF. Errors if the kernel refuses the program.
-    pub fn load(layout: &KernelLayout, in_flight: u32) -> Result<RequestProbe, ProbeError> {
-        // raw_tp: struct fields are read with bpf_probe_read_kernel.
-        let layout = KernelLayout {
-            direct_loads: 0,
-            ..*layout
-        };
-        let mut ebpf = EbpfLoader::new()
-            .override_global("LAYOUT", &layout, true)
+    /// Loads the program with `loader` (the daemon's one loader: each `EbpfLoader::new()`
+    /// parses all of vmlinux BTF, see `loader::object_loader`), the kernel layout
+    /// (`request::state` offset; `direct_loads` must be 0: the program is raw_tp and reads
+    /// struct fields with bpf_probe_read_kernel) and the value of MQ_RQ_IN_FLIGHT from kernel
+    /// BTF. Errors if the kernel refuses the program.
+    pub fn load<'a>(
+        loader: &mut EbpfLoader<'a>,
+        layout: &'a KernelLayout,
+        in_flight: u32,
+    ) -> Result<RequestProbe, ProbeError> {
+        debug_assert_eq!(layout.direct_loads, 0, "the request-state probe is raw_tp");
+        let mut ebpf = loader
+            .override_global("LAYOUT", layout, true)
             .load(OBJECT)
             .map_err(|e| load_err("loading the request-state probe")(e.into()))?;
         let prog: &mut RawTracePoint = ebpf
