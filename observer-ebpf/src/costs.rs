@@ -6,20 +6,30 @@
 //! The blocks mirror the observer's programs (src/probes/): reads through
 //! `bpf_probe_read_kernel` versus direct (BTF-typed) loads, the `INFLIGHT` hash map keyed by
 //! request pointer (insert, lookup hit, delete; run in that order on the same request), the
-//! per-CPU `CLASS_STATS` lookup, three histogram updates, a per-CPU counter, and the clock.
+//! per-CPU `CLASS_STATS` lookup, three histogram updates, a per-CPU counter, the clock, the
+//! direct-mapped slot lookup that replaced the hash map on the hot path, and the submitter
+//! capture (pid, cgroup, comm).
 #![no_std]
 #![no_main]
 
 use aya_ebpf::{
     bindings::BPF_ANY,
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
+    },
     macros::{btf_tracepoint, map},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::BtfTracePointContext,
     EbpfContext,
 };
-use observer_common::maps::{mkdev, ClassKey, ClassStats, Inflight, INFLIGHT_DEFAULT_ENTRIES};
-use observer_ebpf::store::{entry, observe};
+use observer_common::maps::{
+    mkdev, ClassKey, ClassStats, Inflight, Slot, INFLIGHT_DEFAULT_ENTRIES, SLOTS,
+};
+use observer_ebpf::{
+    slots::claim,
+    store::{entry, observe, put},
+};
 
 // Filled by the loader from kernel BTF, as the daemon does.
 observer_ebpf::layout_global!();
@@ -32,6 +42,12 @@ static C_STATS: PerCpuHashMap<ClassKey, ClassStats> = PerCpuHashMap::with_max_en
 static C_ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static C_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(8, 0);
+#[map]
+static C_SLOTS: Array<Slot<Inflight>> = Array::with_max_entries(SLOTS, 0);
+#[map]
+static C_SCRATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static C_SUBMITTER: PerCpuArray<Inflight> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 fn rq(c: &BtfTracePointContext) -> u64 {
@@ -183,6 +199,47 @@ pub fn c10_pcpu_hist3(c: BtfTracePointContext) -> i32 {
 pub fn c11_counter(_c: BtfTracePointContext) -> i32 {
     if let Some(p) = C_COUNTERS.get_ptr_mut(0) {
         unsafe { *p += 1 };
+    }
+    0
+}
+
+/// What replaced the INFLIGHT hash lookups: the request pointer made a number through a per-CPU
+/// scratch value (observer maps::scalar), its slot of a direct-mapped array found (claimed on
+/// first use with BPF_XADD), and a field written.
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c11b_slot_lookup(c: BtfTracePointContext) -> i32 {
+    let Some(s) = C_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    let r = unsafe {
+        put(s, rq(&c));
+        core::ptr::read_volatile(s)
+    };
+    if let Some(e) = claim(&C_SLOTS, r) {
+        unsafe { put(core::ptr::addr_of_mut!((*e).dispatch_ns), r) };
+    }
+    0
+}
+
+/// The submitter capture at entry: pid, cgroup id and command name (three helper calls).
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c11c_submitter(_c: BtfTracePointContext) -> i32 {
+    let Some(e) = C_SUBMITTER.get_ptr_mut(0) else {
+        return 0;
+    };
+    unsafe {
+        put(
+            core::ptr::addr_of_mut!((*e).pid),
+            (bpf_get_current_pid_tgid() >> 32) as u32,
+        );
+        put(
+            core::ptr::addr_of_mut!((*e).cgroup),
+            bpf_get_current_cgroup_id(),
+        );
+        aya_ebpf::helpers::generated::bpf_get_current_comm(
+            core::ptr::addr_of_mut!((*e).comm) as *mut _,
+            16,
+        );
     }
     0
 }

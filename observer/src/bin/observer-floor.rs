@@ -17,7 +17,7 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fl
 static COSTS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/costs.bpf.o"));
 
 /// Programs of costs.rs, in attach (= run) order: the hash insert runs before its lookup and delete.
-const COST_PROGRAMS: [&str; 13] = [
+const COST_PROGRAMS: [&str; 15] = [
     "c00_empty",
     "c01_ktime",
     "c02_layout_copy",
@@ -30,6 +30,8 @@ const COST_PROGRAMS: [&str; 13] = [
     "c09_pcpu_lookup",
     "c10_pcpu_hist3",
     "c11_counter",
+    "c11b_slot_lookup",
+    "c11c_submitter",
     "c12_empty_last",
 ];
 
