@@ -419,3 +419,46 @@ fn tag_wait_is_queue_time() {
     let after = lost_untracked(&daemon, &disk.name);
     assert_eq!(after, before, "(lost, untracked) changed");
 }
+
+/// The daemon reads `INFLIGHT_SLOTS` (16384 slots) with `BPF_MAP_LOOKUP_BATCH` on every scrape
+/// and `/inflight`: that read must return exactly the claimed slots that reading every slot one
+/// by one returns (keys and values), on every kernel of the matrix, with requests in flight.
+#[test]
+fn slot_array_batch_read_equals_one_by_one() {
+    use aya::maps::{loaded_maps, Array, Map, MapData};
+    use observer::bpf::batch::read_slots;
+    use observer_common::maps::{Inflight, Slot, SLOTS};
+    if !require_root("slot_array_batch_read_equals_one_by_one") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let dev = LoopDev::new(64, "none");
+    dev.write_direct(0, 64);
+    quiesce(&dev.name);
+    let id = loaded_maps()
+        .filter_map(Result::ok)
+        .filter(|m| m.name_as_str() == Some("INFLIGHT_SLOTS"))
+        .map(|m| m.id())
+        .max()
+        .expect("the daemon's INFLIGHT_SLOTS map");
+    let slots: Array<MapData, Slot<Inflight>> =
+        Array::try_from(Map::Array(MapData::from_id(id).unwrap())).unwrap();
+    // Only the test device's slots: other disks (the machine's own) claim slots meanwhile.
+    let batch: Vec<(u64, u64, u32)> = read_slots(&slots)
+        .into_iter()
+        .map(|(k, v)| (k, v.enter_ns, v.dev))
+        .filter(|(_, _, d)| *d == dev.kdev())
+        .collect();
+    let mut one: Vec<(u64, u64, u32)> = (0..SLOTS)
+        .map(|i| slots.get(&i, 0).unwrap())
+        .filter(|s| s.key != 0)
+        .map(|s| (s.key, s.value.enter_ns, s.value.dev))
+        .filter(|(_, _, d)| *d == dev.kdev())
+        .collect();
+    let mut sorted = batch.clone();
+    sorted.sort();
+    one.sort();
+    assert!(!one.is_empty(), "no slot of the test device claimed");
+    assert_eq!(sorted, one, "batch read vs one-by-one read of INFLIGHT_SLOTS");
+    drop(daemon);
+}
