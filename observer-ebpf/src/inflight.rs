@@ -13,7 +13,7 @@ use aya_ebpf::{
 use observer_common::{
     class::classify,
     layout::KernelLayout,
-    maps::{Counter, Inflight, Slot, SLOTS},
+    maps::{Counter, Inflight, Slot, SLOTS, SLOTS_MAP_FLAGS},
 };
 use observer_ebpf::{
     kernel::{original_flags, read, rq_dev},
@@ -23,7 +23,7 @@ use observer_ebpf::{
 
 /// Request pointer → entry, direct-mapped (observer_common::maps::INFLIGHT_SLOTS).
 #[map]
-pub static INFLIGHT_SLOTS: Array<Slot<Inflight>> = Array::with_max_entries(SLOTS, 0);
+pub static INFLIGHT_SLOTS: Array<Slot<Inflight>> = Array::with_max_entries(SLOTS, SLOTS_MAP_FLAGS);
 
 use crate::{
     maps::{count, dev_slot, log_class, scalar, stats, INFLIGHT, ZERO_INFLIGHT},

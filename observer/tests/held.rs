@@ -255,8 +255,8 @@ fn fua_write_waiting_for_post_flush_stays_in_flight() {
 /// from `/inflight`, counted once in `blkobs_lost_completions_total` of that device.
 #[test]
 fn reaper_retires_a_request_the_kernel_says_is_not_in_flight() {
-    use aya::maps::{loaded_maps, Array, HashMap, Map, MapData};
-    use observer::bpf::batch::{read_inflight, InflightMaps};
+    use aya::maps::{loaded_maps, Array, HashMap, IterableMap, Map, MapData};
+    use observer::bpf::batch::{read_inflight, InflightMaps, SlotView};
     use observer_common::class::{Op, OP_MASK};
     if !require_root("reaper_retires_a_request_the_kernel_says_is_not_in_flight") {
         return;
@@ -281,9 +281,12 @@ fn reaper_retires_a_request_the_kernel_says_is_not_in_flight() {
             .unwrap_or_else(|| panic!("the daemon's {name} map"));
         MapData::from_id(id).unwrap()
     };
+    let slots: Array<MapData, _> = Array::try_from(Map::Array(newest("INFLIGHT_SLOTS"))).unwrap();
+    let view = SlotView::new(IterableMap::map(&slots)).unwrap();
     let mut maps = InflightMaps {
         hash: HashMap::try_from(Map::HashMap(newest("INFLIGHT"))).unwrap(),
-        slots: Array::try_from(Map::Array(newest("INFLIGHT_SLOTS"))).unwrap(),
+        slots,
+        view,
     };
     let (rq, _) = read_inflight(&maps)
         .into_iter()
@@ -420,15 +423,15 @@ fn tag_wait_is_queue_time() {
     assert_eq!(after, before, "(lost, untracked) changed");
 }
 
-/// The daemon reads `INFLIGHT_SLOTS` (16384 slots) with `BPF_MAP_LOOKUP_BATCH` on every scrape
+/// The daemon reads `INFLIGHT_SLOTS` (16384 slots) through a read-only mapping on every scrape
 /// and `/inflight`: that read must return exactly the claimed slots that reading every slot one
-/// by one returns (keys and values), on every kernel of the matrix, with requests in flight.
+/// by one with the bpf syscall returns (keys and values), on every kernel of the matrix.
 #[test]
-fn slot_array_batch_read_equals_one_by_one() {
-    use aya::maps::{loaded_maps, Array, Map, MapData};
-    use observer::bpf::batch::read_slots;
+fn slot_array_mapped_read_equals_one_by_one() {
+    use aya::maps::{loaded_maps, Array, IterableMap, Map, MapData};
+    use observer::bpf::batch::SlotView;
     use observer_common::maps::{Inflight, Slot, SLOTS};
-    if !require_root("slot_array_batch_read_equals_one_by_one") {
+    if !require_root("slot_array_mapped_read_equals_one_by_one") {
         return;
     }
     let daemon = Daemon::start(&[]);
@@ -444,7 +447,9 @@ fn slot_array_batch_read_equals_one_by_one() {
     let slots: Array<MapData, Slot<Inflight>> =
         Array::try_from(Map::Array(MapData::from_id(id).unwrap())).unwrap();
     // Only the test device's slots: other disks (the machine's own) claim slots meanwhile.
-    let batch: Vec<(u64, u64, u32)> = read_slots(&slots)
+    let view = SlotView::<Inflight>::new(IterableMap::map(&slots)).unwrap();
+    let mapped: Vec<(u64, u64, u32)> = view
+        .read()
         .into_iter()
         .map(|(k, v)| (k, v.enter_ns, v.dev))
         .filter(|(_, _, d)| *d == dev.kdev())
@@ -455,10 +460,13 @@ fn slot_array_batch_read_equals_one_by_one() {
         .map(|s| (s.key, s.value.enter_ns, s.value.dev))
         .filter(|(_, _, d)| *d == dev.kdev())
         .collect();
-    let mut sorted = batch.clone();
+    let mut sorted = mapped.clone();
     sorted.sort();
     one.sort();
     assert!(!one.is_empty(), "no slot of the test device claimed");
-    assert_eq!(sorted, one, "batch read vs one-by-one read of INFLIGHT_SLOTS");
+    assert_eq!(
+        sorted, one,
+        "mapped read vs one-by-one read of INFLIGHT_SLOTS"
+    );
     drop(daemon);
 }

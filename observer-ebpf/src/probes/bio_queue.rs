@@ -19,7 +19,7 @@ use aya_ebpf::{
 };
 use observer_common::{
     class::classify,
-    maps::{BioQueued, Counter, Slot, BIO_QUEUED_ENTRIES, SLOTS},
+    maps::{BioQueued, Counter, Slot, BIO_QUEUED_ENTRIES, SLOTS, SLOTS_MAP_FLAGS},
 };
 use observer_ebpf::{
     arg,
@@ -37,7 +37,7 @@ pub static BIO_QUEUED: HashMap<u64, BioQueued> = HashMap::with_max_entries(BIO_Q
 /// Bio address → entry, direct-mapped (observer_common::maps::BIO_SLOTS); `BIO_QUEUED` holds
 /// the bios whose slot belongs to another address.
 #[map]
-pub static BIO_SLOTS: Array<Slot<BioQueued>> = Array::with_max_entries(SLOTS, 0);
+pub static BIO_SLOTS: Array<Slot<BioQueued>> = Array::with_max_entries(SLOTS, SLOTS_MAP_FLAGS);
 
 /// The entry of a bio: its own slot, else its hash entry (if any).
 #[inline(always)]

@@ -1,6 +1,7 @@
-//! Reads whole maps in a few syscalls (`BPF_MAP_LOOKUP_BATCH`, Linux 5.6+ for hash maps and
-//! arrays) instead of one or two per entry: `INFLIGHT_SLOTS` has 16384 slots and `INFLIGHT`
-//! keeps an entry per request struct ever used, and both are read on every scrape.
+//! Reads whole maps cheaply: the slot arrays through a read-only mapping ([`SlotView`]), hash
+//! maps in a few syscalls (`BPF_MAP_LOOKUP_BATCH`, Linux 5.6+) instead of one or two per entry.
+//! `INFLIGHT_SLOTS` has 16384 slots and `INFLIGHT` keeps an entry per request struct ever used
+//! there, and both are read on every scrape.
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 
@@ -8,7 +9,7 @@ use aya::{
     maps::{Array, HashMap, IterableMap, MapData},
     Pod,
 };
-use observer_common::maps::{BioQueued, Inflight, Slot};
+use observer_common::maps::{BioQueued, Inflight, Slot, SLOTS};
 
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BATCH: usize = 4096;
@@ -33,8 +34,10 @@ struct BatchAttr {
 pub struct InflightMaps {
     /// `INFLIGHT`: request pointer → entry, for requests whose slot belongs to another struct.
     pub hash: HashMap<MapData, u64, Inflight>,
-    /// `INFLIGHT_SLOTS`: the direct-mapped array.
+    /// `INFLIGHT_SLOTS`: the direct-mapped array (point reads and the reaper's writes).
     pub slots: Array<MapData, Slot<Inflight>>,
+    /// The same array, mapped: what [`read_inflight`] scans.
+    pub view: SlotView<Inflight>,
 }
 
 /// Where an entry read by [`InflightMaps::get`] lives.
@@ -108,26 +111,85 @@ impl InflightMaps {
 /// Every (request pointer, entry) the programs keep, live and free, from both maps. Falls back
 /// to per-entry reads if the kernel refuses batch lookups.
 pub fn read_inflight(maps: &InflightMaps) -> Vec<(u64, Inflight)> {
-    let mut out: Vec<(u64, Inflight)> = read_slots(&maps.slots);
+    let mut out: Vec<(u64, Inflight)> = maps.view.read();
     out.extend(read_hash(&maps.hash));
     out
 }
 
-/// The claimed slots of a slot array, as (owner address, value).
-pub fn read_slots<V: Pod + Default>(map: &Array<MapData, Slot<V>>) -> Vec<(u64, V)> {
-    let fd = map_fd(IterableMap::map(map));
-    let all: Vec<(u32, Slot<V>)> = match batch(fd) {
-        Some(v) => v,
-        None => map
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| s.ok().map(|s| (i as u32, s)))
-            .collect(),
-    };
-    all.into_iter()
-        .filter(|(_, s)| s.key != 0)
-        .map(|(_, s)| (s.key, s.value))
-        .collect()
+/// A read-only view of a slot array (`INFLIGHT_SLOTS`, `BIO_SLOTS`: created with
+/// [`observer_common::maps::SLOTS_MAP_FLAGS`], `BPF_F_MMAPABLE`), mapped once: reading it scans
+/// the kernel's values in place, no syscall and no copy of 16384 slots per read. Where the
+/// kernel refuses the mapping (before Linux 5.5) it is read with `BPF_MAP_LOOKUP_BATCH`.
+pub struct SlotView<V> {
+    fd: std::os::fd::OwnedFd,
+    /// The mapping (`SLOTS` values, each `Slot<V>`), or null if mmap failed.
+    base: *const Slot<V>,
+    /// Length of the mapping in bytes.
+    bytes: usize,
+}
+
+// SAFETY: the mapping is read-only and only read with volatile loads; the kernel updates it
+// concurrently by design (a torn value is the same as a batch lookup racing an update).
+unsafe impl<V> Send for SlotView<V> {}
+unsafe impl<V> Sync for SlotView<V> {}
+
+impl<V: Pod + Default> SlotView<V> {
+    /// Maps the array behind `map` (a dup of its fd is kept). Errors: dup(2) failing.
+    pub fn new(map: &MapData) -> std::io::Result<SlotView<V>> {
+        let fd = map.fd().as_fd().try_clone_to_owned()?;
+        let page = 4096usize;
+        let bytes = (SLOTS as usize * std::mem::size_of::<Slot<V>>()).div_ceil(page) * page;
+        // SAFETY: a fresh read-only shared mapping of the map fd; checked for MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        let base = if p == libc::MAP_FAILED {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "slot array not mappable; reading it with batch lookups");
+            std::ptr::null()
+        } else {
+            p as *const Slot<V>
+        };
+        Ok(SlotView { fd, base, bytes })
+    }
+
+    /// The claimed slots, as (owner address, value).
+    pub fn read(&self) -> Vec<(u64, V)> {
+        if self.base.is_null() {
+            return batch::<u32, Slot<V>>(self.fd.as_raw_fd())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(_, s)| s.key != 0)
+                .map(|(_, s)| (s.key, s.value))
+                .collect();
+        }
+        (0..SLOTS as usize)
+            .filter_map(|i| {
+                // SAFETY: i < SLOTS, inside the mapping; a volatile read of plain data.
+                let key =
+                    unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.base.add(i)).key)) };
+                (key != 0).then(|| {
+                    let s = unsafe { std::ptr::read_volatile(self.base.add(i)) };
+                    (s.key, s.value)
+                })
+            })
+            .collect()
+    }
+}
+
+impl<V> Drop for SlotView<V> {
+    fn drop(&mut self) {
+        if !self.base.is_null() {
+            // SAFETY: the mapping made in `new`, not used after this.
+            unsafe { libc::munmap(self.base as *mut libc::c_void, self.bytes) };
+        }
+    }
 }
 
 /// Every (key, value) of a hash map.
@@ -141,10 +203,10 @@ pub fn read_hash<V: Pod + Default>(map: &HashMap<MapData, u64, V>) -> Vec<(u64, 
 /// Bios between entry and request in `BIO_SLOTS` and `BIO_QUEUED` (entries with
 /// `queue_ns` 0 are unused).
 pub fn read_bios(
-    slots: &Array<MapData, Slot<BioQueued>>,
+    slots: &SlotView<BioQueued>,
     hash: &HashMap<MapData, u64, BioQueued>,
 ) -> Vec<(u64, BioQueued)> {
-    let mut out = read_slots(slots);
+    let mut out = slots.read();
     out.extend(read_hash(hash));
     out
 }
@@ -153,7 +215,8 @@ fn map_fd(m: &MapData) -> RawFd {
     m.fd().as_fd().as_raw_fd()
 }
 
-/// The whole map by `BPF_MAP_LOOKUP_BATCH`; `None` if the kernel refuses it. Keys and values
+/// The whole map by `BPF_MAP_LOOKUP_BATCH`; `None` if the kernel refuses it or a call fails
+/// midway (never a part of the map). Keys and values
 /// are the map's own types (per-CPU maps are not supported here).
 fn batch<K: Pod + Default, V: Pod + Default>(fd: RawFd) -> Option<Vec<(K, V)>> {
     let mut out = Vec::new();
@@ -197,8 +260,12 @@ fn batch<K: Pod + Default, V: Pod + Default>(fd: RawFd) -> Option<Vec<(K, V)>> {
         }
         return match errno {
             Some(libc::ENOENT) => Some(out), // done
-            _ if first => None,              // not supported: caller iterates
-            _ => Some(out),
+            // Refused (not supported), or failed midway: never a partial map, the caller
+            // reads it entry by entry.
+            e => {
+                tracing::debug!(errno = ?e, read = out.len(), "BPF_MAP_LOOKUP_BATCH failed; reading entry by entry");
+                None
+            }
         };
     }
 }

@@ -15,7 +15,7 @@ use observer_common::maps::{
 };
 
 use super::{
-    batch::InflightMaps,
+    batch::{InflightMaps, SlotView},
     devslots::DevSlots,
     loader::{load_err, ProbeError},
 };
@@ -43,8 +43,8 @@ pub struct KernelMaps {
     /// `BIO_QUEUED`: bio address → a bio that entered and has no request yet (`queue_ns` ≠ 0),
     /// or an unused entry; unused ones are deleted by the reaper.
     pub bio_queued: Mutex<HashMap<MapData, u64, BioQueued>>,
-    /// `BIO_SLOTS`: bio address → the same, direct-mapped (read only).
-    pub bio_slots: Array<MapData, Slot<BioQueued>>,
+    /// `BIO_SLOTS`: bio address → the same, direct-mapped (read only, mapped).
+    pub bio_slots: SlotView<BioQueued>,
     /// Second handles on `CLASS_STATS` and `ERRORS` that delete the entries of disks gone
     /// for `[devices] forget_after`.
     pub gone: Mutex<GoneDevices>,
@@ -82,6 +82,17 @@ impl KernelMaps {
         let inflight_slots: Array<MapData, Slot<Inflight>> =
             Array::try_from(take(m::INFLIGHT_SLOTS)?).map_err(conv(m::INFLIGHT_SLOTS))?;
         let inflight_slots_rw = dup(IterableMap::map(&inflight_slots), m::INFLIGHT_SLOTS)?;
+        let view_err = |name: &'static str| {
+            move |e: std::io::Error| load_err(format!("map {name} (view)"))(e.into())
+        };
+        let inflight_view = SlotView::new(IterableMap::map(&inflight_slots))
+            .map_err(view_err(m::INFLIGHT_SLOTS))?;
+        let inflight_view_rw = SlotView::new(IterableMap::map(&inflight_slots))
+            .map_err(view_err(m::INFLIGHT_SLOTS))?;
+        let bio_slots: Array<MapData, Slot<BioQueued>> =
+            Array::try_from(take(m::BIO_SLOTS)?).map_err(conv(m::BIO_SLOTS))?;
+        let bio_view =
+            SlotView::new(IterableMap::map(&bio_slots)).map_err(view_err(m::BIO_SLOTS))?;
         let class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats> =
             PerCpuHashMap::try_from(take(m::CLASS_STATS)?).map_err(conv(m::CLASS_STATS))?;
         let errors: PerCpuHashMap<MapData, ErrorKey, u64> =
@@ -102,11 +113,13 @@ impl KernelMaps {
             inflight: InflightMaps {
                 hash: inflight,
                 slots: inflight_slots,
+                view: inflight_view,
             },
             inflight_rw: Mutex::new(InflightMaps {
                 hash: HashMap::try_from(Map::HashMap(inflight_rw)).map_err(conv(m::INFLIGHT))?,
                 slots: Array::try_from(Map::Array(inflight_slots_rw))
                     .map_err(conv(m::INFLIGHT_SLOTS))?,
+                view: inflight_view_rw,
             }),
             class_stats,
             errors,
@@ -126,7 +139,7 @@ impl KernelMaps {
             bio_queued: Mutex::new(
                 HashMap::try_from(take(m::BIO_QUEUED)?).map_err(conv(m::BIO_QUEUED))?,
             ),
-            bio_slots: Array::try_from(take(m::BIO_SLOTS)?).map_err(conv(m::BIO_SLOTS))?,
+            bio_slots: bio_view,
             inflight_capacity,
             class_stats_capacity,
         })

@@ -24,7 +24,7 @@ use observer_common::maps::{BioQueued, ClassKey};
 
 use crate::{
     bpf::{
-        batch::{read_hash, read_slots, InflightMaps},
+        batch::{read_hash, InflightMaps},
         reqstate::{RequestProbe, RequestState},
     },
     time::monotonic_ns,
@@ -97,7 +97,7 @@ impl Reaper {
         let mut retire = Vec::new();
         let hash = read_hash(&inflight.hash);
         let total = hash.len() as u32;
-        for (rq, e) in read_slots(&inflight.slots).into_iter().chain(hash) {
+        for (rq, e) in inflight.view.read().into_iter().chain(hash) {
             if !e.is_live() {
                 free.push(rq);
                 continue;
