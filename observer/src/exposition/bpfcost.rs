@@ -2,9 +2,9 @@
 //! `blkobs_bpf_program_runs_total` and `blkobs_bpf_program_run_seconds_total`, by program. Only
 //! while the kernel counts (`kernel.bpf_stats_enabled=1`, see [`crate::bpf::progstats`]).
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::MetricType;
 
-use super::MetricDesc;
+use super::{MetricDesc, TextWriter};
 use crate::bpf::progstats::ProgramRun;
 
 /// Runs of each program.
@@ -24,18 +24,14 @@ pub const PROGRAM_RUN_SECONDS: MetricDesc = MetricDesc {
 };
 
 /// The two families for `runs` (already filtered by
-/// [`crate::bpf::progstats::exported`]; empty families are left out of the exposition).
-pub fn families(runs: &[ProgramRun]) -> Vec<MetricFamily> {
-    vec![
-        PROGRAM_RUNS.family(
-            runs.iter()
-                .map(|r| PROGRAM_RUNS.counter(&[&r.program], r.runs as f64))
-                .collect(),
-        ),
-        PROGRAM_RUN_SECONDS.family(
-            runs.iter()
-                .map(|r| PROGRAM_RUN_SECONDS.counter(&[&r.program], r.run_time_ns as f64 / 1e9))
-                .collect(),
-        ),
-    ]
+/// [`crate::bpf::progstats::exported`]; nothing is written for no runs).
+pub fn families(w: &mut TextWriter, runs: &[ProgramRun]) {
+    let mut f = w.family(&PROGRAM_RUNS);
+    for r in runs {
+        f.counter(&[&r.program], r.runs as f64);
+    }
+    let mut f = w.family(&PROGRAM_RUN_SECONDS);
+    for r in runs {
+        f.counter(&[&r.program], r.run_time_ns as f64 / 1e9);
+    }
 }

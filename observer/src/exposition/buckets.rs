@@ -3,11 +3,15 @@
 
 use observer_common::hist::{bucket_upper_seconds, NBUCKETS};
 
+use super::text::Bounds;
+
 /// Maps in-kernel buckets onto the exported bucket bounds.
 #[derive(Clone, Debug)]
 pub struct BucketMap {
     /// Exported upper bounds (seconds), ascending, without +Inf.
     pub bounds: Vec<f64>,
+    /// The same bounds as `le` label values, formatted once.
+    pub les: Bounds,
     /// For each kernel bucket: index into `bounds`, or `bounds.len()` for +Inf only.
     target: Vec<usize>,
 }
@@ -29,6 +33,7 @@ impl BucketMap {
             .collect();
         Self {
             bounds: bounds.to_vec(),
+            les: Bounds::new(bounds),
             target,
         }
     }

@@ -1,9 +1,9 @@
 //! Requests in flight now, per device and stage. Declares `blkobs_inflight_requests` and
 //! `blkobs_oldest_inflight_age_seconds`.
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::MetricType;
 
-use super::MetricDesc;
+use super::{MetricDesc, TextWriter};
 use crate::collect::snapshot::Snapshot;
 
 /// Requests in flight per (device, stage).
@@ -23,20 +23,15 @@ pub const OLDEST_INFLIGHT_AGE: MetricDesc = MetricDesc {
 };
 
 /// Both families, every device with a `queue` and a `device` series.
-pub fn families(s: &Snapshot) -> Vec<MetricFamily> {
-    let (mut counts, mut oldest) = (Vec::new(), Vec::new());
+pub fn families(w: &mut TextWriter, s: &Snapshot) {
+    let mut f = w.family(&INFLIGHT_REQUESTS);
     for (dev, c) in &s.inflight {
-        counts.push(INFLIGHT_REQUESTS.gauge(&[dev.as_str(), "queue"], c.queue as f64));
-        counts.push(INFLIGHT_REQUESTS.gauge(&[dev.as_str(), "device"], c.device as f64));
-        oldest.push(
-            OLDEST_INFLIGHT_AGE.gauge(&[dev.as_str(), "queue"], c.oldest_queue_ns as f64 * 1e-9),
-        );
-        oldest.push(
-            OLDEST_INFLIGHT_AGE.gauge(&[dev.as_str(), "device"], c.oldest_device_ns as f64 * 1e-9),
-        );
+        f.gauge(&[dev.as_str(), "queue"], c.queue as f64);
+        f.gauge(&[dev.as_str(), "device"], c.device as f64);
     }
-    vec![
-        INFLIGHT_REQUESTS.family(counts),
-        OLDEST_INFLIGHT_AGE.family(oldest),
-    ]
+    let mut f = w.family(&OLDEST_INFLIGHT_AGE);
+    for (dev, c) in &s.inflight {
+        f.gauge(&[dev.as_str(), "queue"], c.oldest_queue_ns as f64 * 1e-9);
+        f.gauge(&[dev.as_str(), "device"], c.oldest_device_ns as f64 * 1e-9);
+    }
 }

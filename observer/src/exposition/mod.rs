@@ -38,10 +38,12 @@ mod process;
 mod requests;
 pub mod selfmon;
 mod stalls;
+pub mod text;
 
 pub use buckets::BucketMap;
 pub use desc::{encode, MetricDesc};
 pub use process::ProcessMetrics;
+pub use text::TextWriter;
 
 use crate::{
     bpf::loader::AttachInfo, collect::events::History, collect::snapshot::Snapshot,
@@ -51,19 +53,116 @@ use crate::{
 /// The daemon's metric families (all but the filesystem-log ones) in the text exposition format
 /// (version 0.0.4), in a fixed order: latency histograms, per-class counters, errors, in-flight,
 /// stalls, self-monitoring. `buckets` are the exported bounds; `filter` limits the stall totals
-/// (the snapshot is already filtered).
+/// (the snapshot is already filtered). Written straight to text ([`TextWriter`]).
 pub fn render(
+    w: &mut TextWriter,
     s: &Snapshot,
     history: &History,
     buckets: &BucketMap,
     info: &AttachInfo,
     filter: &DeviceFilter,
-) -> String {
-    let mut families = vec![requests::latency(s, buckets)];
-    families.extend(requests::counters(s));
-    families.push(requests::errors(s));
-    families.extend(inflight::families(s));
-    families.extend(stalls::families(s, history, filter));
-    families.extend(selfmon::families(s, info));
-    encode(families)
+) {
+    requests::latency(w, s, buckets);
+    requests::counters(w, s);
+    requests::errors(w, s);
+    inflight::families(w, s);
+    stalls::families(w, s, history, filter);
+    selfmon::families(w, s, info);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::snapshot::{ClassTotals, InflightCounts};
+    use observer_common::{
+        class::{Class, FLAGS},
+        hist::bucket_index,
+        maps::mkdev,
+    };
+
+    /// A snapshot with every family non-empty: three devices (one with characters that need
+    /// escaping), several classes with samples in every stage, errors, in-flight requests,
+    /// self-monitoring counters, stall totals.
+    fn sample() -> (Snapshot, History) {
+        let mut s = Snapshot::default();
+        let mut n = 1u64;
+        let devices = ["loop0", "nvme0n1", "we\"ird\\dev\nname"];
+        for (d, dev) in devices.iter().enumerate() {
+            for class in [0u16, 1, 1 | FLAGS[2].0, 2 | FLAGS[0].0 | FLAGS[1].0] {
+                let mut t = ClassTotals::new();
+                for (i, st) in t.stages.iter_mut().enumerate() {
+                    for ns in [
+                        900u64,
+                        1_500,
+                        40_000 * (i as u64 + 1),
+                        3_000_000,
+                        90_000_000_000,
+                    ] {
+                        n = (n * 7_919 + 13) % 1_000_003;
+                        st.buckets[bucket_index(ns)] += n % 97;
+                        st.sum_ns += ns * (n % 97);
+                    }
+                }
+                t.requests = n % 1000 + d as u64;
+                t.bytes = t.requests * 4096;
+                t.merges = n % 3;
+                t.lost = n % 2;
+                t.slow = n % 5;
+                s.classes.insert((dev.to_string(), Class(class)), t);
+            }
+            s.inflight.insert(
+                dev.to_string(),
+                InflightCounts {
+                    queue: d as u64,
+                    device: 3,
+                    oldest_queue_ns: 1_234_567 * d as u64,
+                    oldest_device_ns: 987_654_321,
+                },
+            );
+            s.errors
+                .insert((dev.to_string(), Class(1), 10), 7 + d as u64);
+        }
+        s.counters.inflight_full = 2;
+        s.counters.events_dropped = 5;
+        s.counters.stale_entries = 11;
+        s.inflight_entries = (1234, 65536);
+        s.class_stats_entries = (12, 256);
+        s.slots.used = 3;
+        s.slots.capacity = 64;
+        let mut h = History::new(10, 10);
+        h.slow_received = 42;
+        h.episodes_received = 3;
+        h.episode_totals.insert((mkdev(4000, 1), 1), (2, 0.125));
+        (s, h)
+    }
+
+    /// The whole exposition of [`sample`], byte for byte, against `testdata/render.txt`
+    /// (written by the `prometheus` crate's object model and `TextEncoder` before the direct
+    /// writer replaced them; the crate version replaced by `VERSION`). `BLKOBS_BLESS=1`
+    /// rewrites the file.
+    #[test]
+    fn render_is_unchanged() {
+        let (s, h) = sample();
+        let info = AttachInfo {
+            mode: "tp_btf",
+            enter_tracepoint: "block_io_start",
+            reaper: "request_state",
+        };
+        let buckets = BucketMap::new(&crate::config::Histogram::default().buckets);
+        let mut w = TextWriter::new();
+        render(&mut w, &s, &h, &buckets, &info, &DeviceFilter::default());
+        let got = w.finish().replace(
+            &format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
+            "version=\"VERSION\"",
+        );
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/exposition/testdata/render.txt"
+        );
+        if std::env::var_os("BLKOBS_BLESS").is_some() {
+            std::fs::write(path, &got).unwrap();
+        }
+        let want = std::fs::read_to_string(path).unwrap();
+        assert!(got == want, "render differs from {path}");
+    }
 }

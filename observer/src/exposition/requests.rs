@@ -3,11 +3,11 @@
 //! `blkobs_{slow_,}requests_total`, `blkobs_bytes_total`, `blkobs_merges_total`,
 //! `blkobs_requeues_total`, `blkobs_lost_completions_total` and `blkobs_request_errors_total`.
 
-use prometheus::proto::{Bucket, Histogram, MetricFamily, MetricType};
+use prometheus::proto::MetricType;
 
 use observer_common::Stage;
 
-use super::{BucketMap, MetricDesc};
+use super::{BucketMap, MetricDesc, TextWriter};
 use crate::{
     collect::snapshot::{ClassTotals, Snapshot},
     labels::{class_label_values, status_name},
@@ -111,8 +111,8 @@ pub const REQUEST_ERRORS: MetricDesc = MetricDesc {
 };
 
 /// The histogram family: one series per (device, class, stage) with samples.
-pub fn latency(s: &Snapshot, buckets: &BucketMap) -> MetricFamily {
-    let mut series = Vec::new();
+pub fn latency(w: &mut TextWriter, s: &Snapshot, buckets: &BucketMap) {
+    let mut f = w.family(&REQUEST_LATENCY);
     for ((dev, class), t) in &s.classes {
         for stage in Stage::ALL {
             let st = &t.stages[stage as usize];
@@ -122,58 +122,39 @@ pub fn latency(s: &Snapshot, buckets: &BucketMap) -> MetricFamily {
             }
             let mut values = class_label_values(dev, *class);
             values.push(stage.name());
-            let mut h = Histogram::default();
-            h.set_sample_count(count);
-            h.set_sample_sum(st.sum_ns as f64 * 1e-9);
-            let cumulative = buckets.bounds.iter().zip(buckets.cumulative(&st.buckets));
-            h.set_bucket(
-                cumulative
-                    .map(|(&le, c)| {
-                        let mut b = Bucket::default();
-                        b.set_upper_bound(le);
-                        b.set_cumulative_count(c);
-                        b
-                    })
-                    .collect(),
+            f.histogram(
+                &values,
+                &buckets.les,
+                &buckets.cumulative(&st.buckets),
+                count,
+                st.sum_ns as f64 * 1e-9,
             );
-            series.push(REQUEST_LATENCY.histogram(&values, h));
         }
     }
-    REQUEST_LATENCY.family(series)
 }
 
 /// The per-class counter families, in [`CLASS_COUNTERS`] order.
-pub fn counters(s: &Snapshot) -> Vec<MetricFamily> {
-    CLASS_COUNTERS
-        .iter()
-        .map(|c| {
-            let series = s
-                .classes
-                .iter()
-                .filter(|(_, t)| c.with_zeros || (c.get)(t) > 0)
-                .map(|((dev, class), t)| {
-                    c.desc
-                        .counter(&class_label_values(dev, *class), (c.get)(t) as f64)
-                })
-                .collect();
-            c.desc.family(series)
-        })
-        .collect()
+pub fn counters(w: &mut TextWriter, s: &Snapshot) {
+    for c in &CLASS_COUNTERS {
+        let mut f = w.family(&c.desc);
+        for ((dev, class), t) in &s.classes {
+            let v = (c.get)(t);
+            if c.with_zeros || v > 0 {
+                f.counter(&class_label_values(dev, *class), v as f64);
+            }
+        }
+    }
 }
 
 /// The error family.
-pub fn errors(s: &Snapshot) -> MetricFamily {
-    let series = s
-        .errors
-        .iter()
-        .map(|((dev, class, status), n)| {
-            REQUEST_ERRORS.counter(
-                &[dev.as_str(), class.op().name(), &status_name(*status)],
-                *n as f64,
-            )
-        })
-        .collect();
-    REQUEST_ERRORS.family(series)
+pub fn errors(w: &mut TextWriter, s: &Snapshot) {
+    let mut f = w.family(&REQUEST_ERRORS);
+    for ((dev, class, status), n) in &s.errors {
+        f.counter(
+            &[dev.as_str(), class.op().name(), &status_name(*status)],
+            *n as f64,
+        );
+    }
 }
 
 #[cfg(test)]

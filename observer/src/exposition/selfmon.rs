@@ -4,9 +4,9 @@
 //! `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries`,
 //! `blkobs_map_capacity`, `blkobs_build_info` and `blkobs_http_rejected_total`.
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::MetricType;
 
-use super::MetricDesc;
+use super::{MetricDesc, TextWriter};
 use crate::{bpf::loader::AttachInfo, collect::snapshot::Snapshot, state::HttpRejections};
 
 /// Requests or completions lost to a full map, by map.
@@ -82,46 +82,43 @@ pub const HTTP_REJECTED: MetricDesc = MetricDesc {
 };
 
 /// `blkobs_http_rejected_total`, one series per reason.
-pub fn http_families(r: &HttpRejections) -> Vec<MetricFamily> {
-    vec![HTTP_REJECTED.family(
-        r.counts()
-            .iter()
-            .map(|(reason, n)| HTTP_REJECTED.counter(&[reason], *n as f64))
-            .collect(),
-    )]
+pub fn http_families(w: &mut TextWriter, r: &HttpRejections) {
+    let mut f = w.family(&HTTP_REJECTED);
+    for (reason, n) in r.counts().iter() {
+        f.counter(&[reason], *n as f64);
+    }
 }
 
 /// The self-monitoring families, in the order above.
-pub fn families(s: &Snapshot, info: &AttachInfo) -> Vec<MetricFamily> {
+pub fn families(w: &mut TextWriter, s: &Snapshot, info: &AttachInfo) {
     let c = &s.counters;
-    vec![
-        DROPPED_REQUESTS.family(vec![
-            DROPPED_REQUESTS.counter(&["inflight_map_full"], c.inflight_full as f64),
-            DROPPED_REQUESTS.counter(&["stats_map_full"], c.stats_full as f64),
-            DROPPED_REQUESTS.counter(&["bio_queue_map_full"], c.bio_queued_full as f64),
-        ]),
-        STALE_REQUESTS.family(vec![STALE_REQUESTS.counter(&[], c.stale_entries as f64)]),
-        CLOCK_ANOMALIES.family(vec![CLOCK_ANOMALIES.counter(&[], c.clock_anomalies as f64)]),
-        UNINDEXED_REQUESTS.family(vec![UNINDEXED_REQUESTS.counter(&[], c.unindexed as f64)]),
-        DEVICES_DEGRADED.family(vec![DEVICES_DEGRADED.gauge(&[], s.slots.degraded as f64)]),
-        MAP_ENTRIES.family(vec![
-            MAP_ENTRIES.gauge(&["inflight"], s.inflight_entries.0 as f64),
-            MAP_ENTRIES.gauge(&["class_stats"], s.class_stats_entries.0 as f64),
-            MAP_ENTRIES.gauge(&["dev_index"], s.slots.used as f64),
-        ]),
-        MAP_CAPACITY.family(vec![
-            MAP_CAPACITY.gauge(&["inflight"], s.inflight_entries.1 as f64),
-            MAP_CAPACITY.gauge(&["class_stats"], s.class_stats_entries.1 as f64),
-            MAP_CAPACITY.gauge(&["dev_index"], s.slots.capacity as f64),
-        ]),
-        BUILD_INFO.family(vec![BUILD_INFO.gauge(
-            &[
-                env!("CARGO_PKG_VERSION"),
-                info.mode,
-                info.enter_tracepoint,
-                info.reaper,
-            ],
-            1.0,
-        )]),
-    ]
+    let mut f = w.family(&DROPPED_REQUESTS);
+    f.counter(&["inflight_map_full"], c.inflight_full as f64);
+    f.counter(&["stats_map_full"], c.stats_full as f64);
+    f.counter(&["bio_queue_map_full"], c.bio_queued_full as f64);
+    w.family(&STALE_REQUESTS)
+        .counter(&[], c.stale_entries as f64);
+    w.family(&CLOCK_ANOMALIES)
+        .counter(&[], c.clock_anomalies as f64);
+    w.family(&UNINDEXED_REQUESTS)
+        .counter(&[], c.unindexed as f64);
+    w.family(&DEVICES_DEGRADED)
+        .gauge(&[], s.slots.degraded as f64);
+    let mut f = w.family(&MAP_ENTRIES);
+    f.gauge(&["inflight"], s.inflight_entries.0 as f64);
+    f.gauge(&["class_stats"], s.class_stats_entries.0 as f64);
+    f.gauge(&["dev_index"], s.slots.used as f64);
+    let mut f = w.family(&MAP_CAPACITY);
+    f.gauge(&["inflight"], s.inflight_entries.1 as f64);
+    f.gauge(&["class_stats"], s.class_stats_entries.1 as f64);
+    f.gauge(&["dev_index"], s.slots.capacity as f64);
+    w.family(&BUILD_INFO).gauge(
+        &[
+            env!("CARGO_PKG_VERSION"),
+            info.mode,
+            info.enter_tracepoint,
+            info.reaper,
+        ],
+        1.0,
+    );
 }

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::MetricType;
 
-use super::MetricDesc;
+use super::{MetricDesc, TextWriter};
 use crate::{
     collect::{events::History, snapshot::Snapshot},
     config::DeviceFilter,
@@ -70,27 +70,23 @@ fn episode_totals<'a>(
 }
 
 /// The four families.
-pub fn families(s: &Snapshot, history: &History, filter: &DeviceFilter) -> Vec<MetricFamily> {
-    let (mut episodes, mut seconds) = (Vec::new(), Vec::new());
-    for ((dev, kind), (n, secs)) in &episode_totals(s, history, filter) {
-        episodes.push(STALL_EPISODES.counter(&[dev, kind], *n as f64));
-        seconds.push(STALL_SECONDS.counter(&[dev, kind], *secs));
+pub fn families(w: &mut TextWriter, s: &Snapshot, history: &History, filter: &DeviceFilter) {
+    let totals = episode_totals(s, history, filter);
+    let mut f = w.family(&STALL_EPISODES);
+    for ((dev, kind), (n, _)) in &totals {
+        f.counter(&[dev, kind], *n as f64);
     }
-    let dropped = vec![
-        EVENTS_DROPPED.counter(&["ringbuf_full"], s.counters.events_dropped as f64),
-        EVENTS_DROPPED.counter(
-            &["history_full"],
-            (history.slow_overflow + history.episode_overflow) as f64,
-        ),
-    ];
-    let received = vec![
-        EVENTS_RECEIVED.counter(&["slow_request"], history.slow_received as f64),
-        EVENTS_RECEIVED.counter(&["stall_episode"], history.episodes_received as f64),
-    ];
-    vec![
-        STALL_EPISODES.family(episodes),
-        STALL_SECONDS.family(seconds),
-        EVENTS_RECEIVED.family(received),
-        EVENTS_DROPPED.family(dropped),
-    ]
+    let mut f = w.family(&STALL_SECONDS);
+    for ((dev, kind), (_, secs)) in &totals {
+        f.counter(&[dev, kind], *secs);
+    }
+    let mut f = w.family(&EVENTS_RECEIVED);
+    f.counter(&["slow_request"], history.slow_received as f64);
+    f.counter(&["stall_episode"], history.episodes_received as f64);
+    let mut f = w.family(&EVENTS_DROPPED);
+    f.counter(&["ringbuf_full"], s.counters.events_dropped as f64);
+    f.counter(
+        &["history_full"],
+        (history.slow_overflow + history.episode_overflow) as f64,
+    );
 }

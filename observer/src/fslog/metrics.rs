@@ -4,7 +4,7 @@
 use prometheus::proto::MetricType;
 
 use super::{discovery::Discovery, LogKind};
-use crate::exposition::{encode, MetricDesc};
+use crate::exposition::{MetricDesc, TextWriter};
 
 /// One series per log range: joins `log="true"` series (by `device`) to their filesystem.
 pub const FS_LOG_SECTORS: MetricDesc = MetricDesc {
@@ -31,44 +31,42 @@ pub const FS_LOG_WARNINGS: MetricDesc = MetricDesc {
 };
 
 /// The three families in the text exposition format (sectors and status only when there are
-/// filesystems).
-pub fn render_metrics(d: &Discovery) -> String {
-    let mut sectors = Vec::new();
-    let mut status = Vec::new();
+/// filesystems), appended to `w`.
+pub fn render_metrics(w: &mut TextWriter, d: &Discovery) {
+    let mut f = w.family(&FS_LOG_SECTORS);
     for fs in &d.filesystems {
-        let (fs_device, fstype, mountpoint) = (
-            fs.device.name.as_str(),
-            fs.fstype.as_str(),
-            fs.mountpoints[0].as_str(),
-        );
         for e in &fs.log {
             let kind = if e.kind == LogKind::Internal {
                 "internal"
             } else {
                 "external"
             };
-            let values = [
-                e.disk.as_str(),
-                fs_device,
-                fstype,
-                mountpoint,
-                kind,
-                &e.start.to_string(),
-            ];
-            sectors.push(FS_LOG_SECTORS.gauge(&values, e.sectors as f64));
+            f.gauge(
+                &[
+                    e.disk.as_str(),
+                    fs.device.name.as_str(),
+                    fs.fstype.as_str(),
+                    fs.mountpoints[0].as_str(),
+                    kind,
+                    &e.start.to_string(),
+                ],
+                e.sectors as f64,
+            );
         }
-        let values = [
-            fs.device.disk.as_str(),
-            fs_device,
-            fstype,
-            mountpoint,
-            fs.log_status.as_str(),
-        ];
-        status.push(FS_LOG_STATUS.gauge(&values, 1.0));
     }
-    encode(vec![
-        FS_LOG_SECTORS.family(sectors),
-        FS_LOG_STATUS.family(status),
-        FS_LOG_WARNINGS.family(vec![FS_LOG_WARNINGS.gauge(&[], d.warnings.len() as f64)]),
-    ])
+    let mut f = w.family(&FS_LOG_STATUS);
+    for fs in &d.filesystems {
+        f.gauge(
+            &[
+                fs.device.disk.as_str(),
+                fs.device.name.as_str(),
+                fs.fstype.as_str(),
+                fs.mountpoints[0].as_str(),
+                fs.log_status.as_str(),
+            ],
+            1.0,
+        );
+    }
+    w.family(&FS_LOG_WARNINGS)
+        .gauge(&[], d.warnings.len() as f64);
 }

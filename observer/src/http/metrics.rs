@@ -10,7 +10,12 @@ use axum::{
 };
 
 use super::params::NoParams;
-use crate::{collect::snapshot::Snapshot, exposition, fslog, state::AppState};
+use crate::{
+    collect::snapshot::Snapshot,
+    exposition::{self, TextWriter},
+    fslog,
+    state::AppState,
+};
 
 /// The handler: reads the maps off the async workers (map reads are syscalls); 500 if that
 /// task fails.
@@ -18,12 +23,16 @@ pub async fn get_metrics(State(st): State<Arc<AppState>>, _: NoParams) -> impl I
     let body = tokio::task::spawn_blocking(move || {
         let rt = st.runtime.read().expect("runtime lock").clone();
         let snap = Snapshot::read(&st.maps, &st.reaped, &rt.filter);
-        let history = st.history.lock().expect("history lock");
-        exposition::render(&snap, &history, &rt.buckets, &st.info, &rt.filter)
-            + &fslog::render_metrics(&st.fslog.get())
-            + &exposition::encode(exposition::bpfcost::families(&st.program_runs()))
-            + &exposition::encode(exposition::selfmon::http_families(&st.http_rejected))
-            + &exposition::encode(st.process.families())
+        let mut w = TextWriter::new();
+        {
+            let history = st.history.lock().expect("history lock");
+            exposition::render(&mut w, &snap, &history, &rt.buckets, &st.info, &rt.filter);
+        }
+        fslog::render_metrics(&mut w, &st.fslog.get());
+        exposition::bpfcost::families(&mut w, &st.program_runs());
+        exposition::selfmon::http_families(&mut w, &st.http_rejected);
+        w.push_str(&exposition::encode(st.process.families()));
+        w.finish()
     })
     .await;
     match body {
