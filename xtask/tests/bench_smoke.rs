@@ -72,9 +72,11 @@ fn bench_smoke_runs_every_configuration() {
         "### IOPS",
         "### eBPF cost",
         "### Observer daemon",
-        "### Budget",
+        "### Budget (issue 12)",
         "ns per request",
         "/metrics scrape",
+        "| eBPF cost per request, randread (bpf_stats) |",
+        "| daemon peak RSS (VmHWM, start-up included) |",
     ] {
         assert!(stdout.contains(needle), "table lacks {needle:?}:\n{stdout}");
     }

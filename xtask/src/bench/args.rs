@@ -1,7 +1,7 @@
 //! `cargo xtask bench` command-line options.
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
 
 use super::setup::Config;
 
@@ -24,9 +24,16 @@ pub struct BenchArgs {
     /// Allow the random-write workload on --device: DESTROYS ITS DATA.
     #[arg(long, requires = "device")]
     pub allow_writes: bool,
-    /// Only these configurations (comma separated): untraced,floor,biolatency,observer.
+    /// Only these configurations (comma separated): untraced,floor,biolatency,observer,baseline
+    /// (`baseline` needs --baseline, and is added by it).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Before/after: also bench the observer daemon built (release) at this git revision, as
+    /// configuration `baseline` (`observer@<short rev>` in the tables), run exactly like
+    /// `observer` in every phase. Built in a worktree under target/bench/baseline-<short rev>
+    /// with its own target dir (target/bench/baseline-target); reused once built.
+    #[arg(long, value_name = "GIT_REV")]
+    pub baseline: Option<String>,
     /// Short CI version: 1 round, 2 s runs, 2 scrape devices. Exercises everything, proves nothing.
     #[arg(long)]
     pub smoke: bool,
@@ -54,20 +61,28 @@ impl BenchArgs {
         }
     }
 
-    /// The configurations to run: `--only`, or all of them.
+    /// The configurations to run: `--only`, or the default ones; `baseline` with --baseline.
     pub fn configs(&self) -> Result<Vec<Config>> {
-        if self.only.is_empty() {
-            return Ok(Config::ALL.to_vec());
-        }
         let mut v = Vec::new();
-        for o in &self.only {
-            v.push(
-                *Config::ALL
-                    .iter()
-                    .find(|c| c.name() == o)
-                    .with_context(|| format!("unknown configuration {o:?}"))?,
-            );
+        if self.only.is_empty() {
+            v.extend(Config::DEFAULT);
         }
+        for o in &self.only {
+            let c = *Config::ALL
+                .iter()
+                .find(|c| c.name() == o)
+                .with_context(|| format!("unknown configuration {o:?}"))?;
+            if !v.contains(&c) {
+                v.push(c);
+            }
+        }
+        if self.baseline.is_some() && !v.contains(&Config::Baseline) {
+            v.push(Config::Baseline);
+        }
+        ensure!(
+            self.baseline.is_some() || !v.contains(&Config::Baseline),
+            "--only baseline needs --baseline <git-rev>"
+        );
         Ok(v)
     }
 }

@@ -12,7 +12,7 @@ use super::{
     bpftool::{disk_completions, proc_usage},
     fio::scrape_load,
     guards::{sleep, LoopDev, Proc},
-    report::Results,
+    report::{DaemonResults, Results},
     setup::{Config, Env, Target},
     tracer::{http_get, Running},
 };
@@ -83,18 +83,18 @@ impl ObsCounters {
     }
 }
 
-impl Results {
-    /// Adds one IOPS run of the observer: its CPU, memory and counters between two samples.
-    pub fn add_observer_run(&mut self, before: &ObsSample, after: &ObsSample, targets: &[Target]) {
-        self.obs_cpu_s += after.cpu_s - before.cpu_s;
-        self.obs_requests += after.disk_total - before.disk_total;
-        self.obs_peak_rss_kib = self.obs_peak_rss_kib.max(after.rss_kib);
-        self.obs_rss_kib = self.obs_rss_kib.max(after.rss_now_kib);
+impl DaemonResults {
+    /// Adds one IOPS run of the daemon: its CPU, memory and counters between two samples.
+    pub fn add_run(&mut self, before: &ObsSample, after: &ObsSample, targets: &[Target]) {
+        self.cpu_s += after.cpu_s - before.cpu_s;
+        self.requests += after.disk_total - before.disk_total;
+        self.peak_rss_kib = self.peak_rss_kib.max(after.rss_kib);
+        self.rss_kib = self.rss_kib.max(after.rss_now_kib);
         let d = after.counters.delta(&before.counters);
-        self.obs_events.add_events(&d);
+        self.events.add_events(&d);
         for t in targets {
-            self.obs_recorded += d.requests.get(t.name()).copied().unwrap_or(0.0);
-            self.obs_disk_completions += after.disks.get(t.name()).copied().unwrap_or(0)
+            self.recorded += d.requests.get(t.name()).copied().unwrap_or(0.0);
+            self.disk_completions += after.disks.get(t.name()).copied().unwrap_or(0)
                 - before.disks.get(t.name()).copied().unwrap_or(0);
         }
     }
@@ -148,7 +148,13 @@ pub fn observer_sample(r: &Running, devs: &[String]) -> Result<ObsSample> {
     })
 }
 
-pub fn scrape_phase(env: &Env, dir: &Path, res: &mut Results) -> Result<()> {
+/// Scrape phase: N more loop devices busy, /metrics timed; every daemon in `configs` in turn,
+/// over the same devices.
+pub fn scrape_phase(env: &Env, configs: &[Config], dir: &Path, res: &mut Results) -> Result<()> {
+    let daemons: Vec<Config> = configs.iter().copied().filter(|c| c.is_daemon()).collect();
+    if daemons.is_empty() {
+        return Ok(());
+    }
     let n = env.args.scrape_devices;
     eprintln!("[bench] scrape phase: {n} loop devices busy");
     let mut loops = Vec::new();
@@ -159,12 +165,29 @@ pub fn scrape_phase(env: &Env, dir: &Path, res: &mut Results) -> Result<()> {
             &env.args.scheduler,
         )?);
     }
-    let running = Running::start(env, Config::Observer, "scrape")?;
     let names: Vec<String> = loops.iter().map(|l| l.name().to_string()).collect();
-    let before = observer_sample(&running, &names)?;
-    let secs = if env.args.smoke { 3 } else { 10 };
     let devs: Vec<&str> = loops.iter().map(|l| l.dev.as_str()).collect();
-    let mut cmd = scrape_load(&devs, secs + 2);
+    for config in daemons {
+        eprintln!("[bench]   {}", config.label());
+        let r = res.daemons.entry(config).or_default();
+        scrape_daemon(env, config, &names, &devs, r)?;
+    }
+    Ok(())
+}
+
+/// One daemon's scrape phase: started with the devices already there, /metrics every 250 ms
+/// while fio keeps them busy.
+fn scrape_daemon(
+    env: &Env,
+    config: Config,
+    names: &[String],
+    devs: &[&str],
+    res: &mut DaemonResults,
+) -> Result<()> {
+    let running = Running::start(env, config, &format!("scrape-{}", config.name()))?;
+    let before = observer_sample(&running, names)?;
+    let secs = if env.args.smoke { 3 } else { 10 };
+    let mut cmd = scrape_load(devs, secs + 2);
     let mut load = Proc::spawn("fio (scrape load)", &mut cmd, libc::SIGINT)?;
     sleep(Duration::from_secs(1))?;
     let end = Instant::now() + Duration::from_secs(secs as u64);
@@ -177,10 +200,15 @@ pub fn scrape_phase(env: &Env, dir: &Path, res: &mut Results) -> Result<()> {
     }
     load.ensure_running()?;
     load.stop();
-    let after = observer_sample(&running, &names)?;
-    res.obs_peak_rss_kib = res.obs_peak_rss_kib.max(after.rss_kib);
-    res.obs_rss_kib = res.obs_rss_kib.max(after.rss_now_kib);
+    let after = observer_sample(&running, names)?;
+    res.peak_rss_kib = res.peak_rss_kib.max(after.rss_kib);
+    res.rss_kib = res.rss_kib.max(after.rss_now_kib);
     res.scrape_events = after.counters.delta(&before.counters);
+    for n in names {
+        res.scrape_recorded += res.scrape_events.requests.get(n).copied().unwrap_or(0.0);
+        res.scrape_completions +=
+            after.disks.get(n).copied().unwrap_or(0) - before.disks.get(n).copied().unwrap_or(0);
+    }
     res.scrape_series = last
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())

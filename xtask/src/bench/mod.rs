@@ -8,19 +8,22 @@
 //! - `untraced`: nothing attached;
 //! - `floor`: empty tp_btf programs on exactly the observer's tracepoints (`observer-floor`);
 //! - `biolatency`: libbpf-tools `biolatency -Q -D -F` (installed from Debian if absent);
-//! - `observer`: the daemon with its default configuration, scraped every 5 s.
+//! - `observer`: the daemon with its default configuration, scraped every 5 s;
+//! - `baseline` (with `--baseline <git-rev>`): the daemon built at that revision, run exactly like
+//!   `observer` in every phase (`observer@<short rev>` in the tables; see [`baseline`]).
 //!
 //! IOPS rounds run with `kernel.bpf_stats_enabled` as found (normally 0: the stats cost two clock
 //! reads per program run). A separate pass per configuration then enables the sysctl and reads
 //! run_time_ns / run_cnt deltas per program from `bpftool prog show -j`; ns per request is
 //! Σ run_time_ns / requests completed on all disks (/sys/block/*/stat) in the same interval.
-//! A last phase starts the observer with 32 (smoke: 2) more loop devices busy and times scrapes.
+//! A last phase starts each daemon with 32 (smoke: 2) more loop devices busy and times scrapes.
 //!
 //! Everything created (loop devices, files, daemons, tracers, the sysctl) is undone by Drop
 //! guards, also on errors, panics and Ctrl-C/SIGTERM. Only SIGKILL leaves debris; the next run
 //! removes it (see [`remove_stale`]).
 
 mod args;
+mod baseline;
 mod bpftool;
 mod daemon;
 mod fio;
@@ -63,6 +66,14 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     remove_stale();
     let configs = args.configs()?;
     let biolatency = prepare_tools(root, &args, &configs)?;
+    let baseline = match &args.baseline {
+        Some(rev) => {
+            let b = baseline::prepare(root, rev, args.no_build)?;
+            Config::set_baseline_label(b.label());
+            Some(b)
+        }
+        None => None,
+    };
     let logs = root.join("target/bench");
     std::fs::create_dir_all(&logs)?;
 
@@ -92,6 +103,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         root: root.to_path_buf(),
         logs,
         biolatency,
+        baseline,
         ramp: if args.smoke { 0 } else { 1 },
         args: args.clone(),
     };
@@ -113,9 +125,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         costs_pass(&env, &targets[0], &mut res)?;
     }
     // Scrape with N devices busy.
-    if configs.contains(&Config::Observer) {
-        scrape_phase(&env, &shm.0, &mut res)?;
-    }
+    scrape_phase(&env, &configs, &shm.0, &mut res)?;
 
     let report = render(&env, &configs, &targets, &res);
     println!("{report}");
@@ -177,14 +187,14 @@ fn iops_round(
         args.rounds,
         order
             .iter()
-            .map(|c| c.name())
+            .map(|c| c.label())
             .collect::<Vec<_>>()
             .join(", ")
     );
     for &config in &order {
         let tag = format!("r{round}-{}", config.name());
         let mut running = Running::start(env, config, &tag)?;
-        let obs_before = if config == Config::Observer {
+        let obs_before = if config.is_daemon() {
             Some(observer_sample(&running, &dev_names)?)
         } else {
             None
@@ -207,8 +217,8 @@ fn iops_round(
                 )?;
                 running.ensure_running()?;
                 eprintln!(
-                    "[bench]   {:<10} {:<8} {:<9} {:>9.0} IOPS",
-                    config.name(),
+                    "[bench]   {:<16} {:<8} {:<9} {:>9.0} IOPS",
+                    config.label(),
                     t.name(),
                     w.fio(),
                     r.iops
@@ -231,13 +241,16 @@ fn iops_round(
             res.foreign.push(format!(
                 "round {} {}: {}",
                 round + 1,
-                config.name(),
+                config.label(),
                 foreign.join(" ")
             ));
         }
         if let Some(before) = obs_before {
             let after = observer_sample(&running, &dev_names)?;
-            res.add_observer_run(&before, &after, targets);
+            res.daemons
+                .entry(config)
+                .or_default()
+                .add_run(&before, &after, targets);
         }
     }
     Ok(())
@@ -274,8 +287,8 @@ fn stats_pass(env: &Env, configs: &[Config], t: &Target, res: &mut Results) -> R
                 })?;
                 let total: u64 = run.0.values().map(|v| v.0).sum();
                 eprintln!(
-                    "[bench]   {:<10} {:<9} {:>5.0} ns/request (bpf_stats)",
-                    config.name(),
+                    "[bench]   {:<16} {:<9} {:>5.0} ns/request (bpf_stats)",
+                    config.label(),
                     w.fio(),
                     total as f64 / run.1.max(1) as f64
                 );

@@ -15,21 +15,8 @@ pub struct Results {
     /// (config, workload) → per stats round: program name → (run_time_ns, run_cnt) deltas, and
     /// requests completed on all disks meanwhile.
     pub stats: BTreeMap<(Config, Workload), Vec<StatsRun>>,
-    /// Observer daemon: CPU seconds and requests during fio runs; peak RSS KiB.
-    pub obs_cpu_s: f64,
-    pub obs_requests: u64,
-    pub obs_peak_rss_kib: u64,
-    /// Largest VmRSS seen at the end of a run (steady state, after startup).
-    pub obs_rss_kib: u64,
-    /// Observer counters summed over all its runs, and requests it recorded vs the disk's count.
-    pub obs_events: ObsCounters,
-    pub obs_recorded: f64,
-    pub obs_disk_completions: u64,
-    /// Scrape durations (ms) with N devices busy; series in the last body; devices exported.
-    pub scrape_ms: Vec<f64>,
-    pub scrape_series: usize,
-    pub scrape_devices: usize,
-    pub scrape_events: ObsCounters,
+    /// Per observer daemon (the current one, the baseline): its own costs and counters.
+    pub daemons: BTreeMap<Config, DaemonResults>,
     /// Building blocks: program → (run_time_ns, run_cnt), and requests, per run of the costs pass.
     pub costs: Vec<StatsRun>,
     /// Per configuration: program runs the kernel skipped (recursion_misses) during IOPS runs.
@@ -37,6 +24,29 @@ pub struct Results {
     /// Runs during which someone else's tracing programs were loaded, with their names.
     pub foreign: Vec<String>,
     pub runs: u32,
+}
+
+/// One observer daemon's figures over the whole bench.
+#[derive(Default)]
+pub struct DaemonResults {
+    /// CPU seconds and requests completed (all disks) during its IOPS runs; peak RSS KiB.
+    pub cpu_s: f64,
+    pub requests: u64,
+    pub peak_rss_kib: u64,
+    /// Largest VmRSS seen at the end of a run (steady state, after startup).
+    pub rss_kib: u64,
+    /// Counters summed over its IOPS runs, and requests it recorded vs the disks' count.
+    pub events: ObsCounters,
+    pub recorded: f64,
+    pub disk_completions: u64,
+    /// Scrape durations (ms) with N devices busy; series in the last body; devices exported.
+    pub scrape_ms: Vec<f64>,
+    pub scrape_series: usize,
+    pub scrape_devices: usize,
+    pub scrape_events: ObsCounters,
+    /// Requests it recorded vs completed on the busy devices of the scrape phase.
+    pub scrape_recorded: f64,
+    pub scrape_completions: u64,
 }
 
 pub fn median(v: &[f64]) -> f64 {
@@ -75,14 +85,21 @@ pub fn render(env: &Env, configs: &[Config], targets: &[Target], res: &Results) 
         }
     );
     let _ = writeln!(o, "command: `cargo xtask {}`  ", cmdline.join(" "));
+    if let Some(b) = &env.baseline {
+        let _ = writeln!(
+            o,
+            "baseline: `{}` = {} ({})  ",
+            b.label(),
+            b.commit,
+            b.subject
+        );
+    }
     let _ = writeln!(o, "fio: 4k, io_uring, iodepth 32, direct, 1 job, ramp {} s; kernel {}; {} CPUs ({}); loop scheduler: {}\n",
         env.ramp, uname_r(), num_cpus(), cpu_model(), targets.first().map(|t| scheduler(t.name())).unwrap_or_default());
     iops_table(&mut o, configs, targets, res);
     let totals = stats_table(&mut o, env, targets, res);
     costs_table(&mut o, res);
-    if configs.contains(&Config::Observer) {
-        observer_table(&mut o, env, res);
-    }
+    observer_table(&mut o, env, res);
     misses_and_foreign(&mut o, res);
     budget(&mut o, env, targets, res, &totals);
     o
@@ -120,7 +137,7 @@ fn iops_table(o: &mut String, configs: &[Config], targets: &[Target], res: &Resu
                     "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} |",
                     t.name(),
                     w.fio(),
-                    c.name(),
+                    c.label(),
                     m,
                     mn,
                     mx,
@@ -169,7 +186,7 @@ fn stats_table(
             let _ = writeln!(
                 o,
                 "| {} | {} | {} | {:.2} | {:.0} | {:.0} |",
-                c.name(),
+                c.label(),
                 w.fio(),
                 name,
                 runs,
@@ -186,7 +203,7 @@ fn stats_table(
         let _ = writeln!(
             o,
             "| {} | {} | **total** (median; min–max of {} runs: {:.0}–{:.0}) | | | **{:.0}** |",
-            c.name(),
+            c.label(),
             w.fio(),
             per_round.len(),
             mn,
@@ -199,7 +216,13 @@ fn stats_table(
         let _ = writeln!(o, "\nAbove the floor (total minus the empty programs' total, same workload: the work the programs do):\n");
         for ((c, w), t) in &totals {
             if let (false, Some(f)) = (*c == Config::Floor, totals.get(&(Config::Floor, *w))) {
-                let _ = writeln!(o, "- {} {}: {:.0} ns per request", c.name(), w.fio(), t - f);
+                let _ = writeln!(
+                    o,
+                    "- {} {}: {:.0} ns per request",
+                    c.label(),
+                    w.fio(),
+                    t - f
+                );
             }
         }
     }

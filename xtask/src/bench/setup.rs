@@ -2,6 +2,7 @@
 use std::{
     path::{Path, PathBuf},
     process::Command,
+    sync::OnceLock,
 };
 
 use anyhow::{bail, ensure, Context, Result};
@@ -14,23 +15,60 @@ pub enum Config {
     Floor,
     Biolatency,
     Observer,
+    /// The observer daemon built at `--baseline <git-rev>`, run exactly like `Observer`.
+    Baseline,
 }
 
+/// `observer@<short rev>`: the baseline's name in tables, set once it is built.
+static BASELINE_LABEL: OnceLock<String> = OnceLock::new();
+
 impl Config {
-    pub const ALL: [Config; 4] = [
+    /// Every configuration `--only` accepts.
+    pub const ALL: [Config; 5] = [
+        Config::Untraced,
+        Config::Floor,
+        Config::Biolatency,
+        Config::Observer,
+        Config::Baseline,
+    ];
+    /// What runs without `--only` (plus `Baseline` with `--baseline`).
+    pub const DEFAULT: [Config; 4] = [
         Config::Untraced,
         Config::Floor,
         Config::Biolatency,
         Config::Observer,
     ];
 
+    /// The name `--only` takes; also in log file names.
     pub fn name(self) -> &'static str {
         match self {
             Config::Untraced => "untraced",
             Config::Floor => "floor",
             Config::Biolatency => "biolatency",
             Config::Observer => "observer",
+            Config::Baseline => "baseline",
         }
+    }
+
+    /// The name in tables and progress lines: `observer@<short rev>` for the baseline.
+    pub fn label(self) -> &'static str {
+        match self {
+            Config::Baseline => BASELINE_LABEL
+                .get()
+                .map(String::as_str)
+                .unwrap_or("baseline"),
+            c => c.name(),
+        }
+    }
+
+    /// Names the baseline in tables (`observer@<short rev>`); the first call wins.
+    pub fn set_baseline_label(label: String) {
+        let _ = BASELINE_LABEL.set(label);
+    }
+
+    /// An observer daemon (the current one or the baseline): scraped, sampled, scrape-timed.
+    pub fn is_daemon(self) -> bool {
+        matches!(self, Config::Observer | Config::Baseline)
     }
 }
 
@@ -78,8 +116,26 @@ pub struct Env {
     pub root: PathBuf,
     pub logs: PathBuf,
     pub biolatency: PathBuf,
+    /// The baseline daemon (`--baseline`), built.
+    pub baseline: Option<super::baseline::Baseline>,
     pub args: BenchArgs,
     pub ramp: u32,
+}
+
+impl Env {
+    /// The daemon binary of `config` (`Observer` or `Baseline`).
+    pub fn daemon_bin(&self, config: Config) -> Result<PathBuf> {
+        match config {
+            Config::Observer => Ok(self.root.join("target/release/observer")),
+            Config::Baseline => Ok(self
+                .baseline
+                .as_ref()
+                .context("baseline configuration without --baseline")?
+                .bin
+                .clone()),
+            c => bail!("{} is not an observer daemon", c.name()),
+        }
+    }
 }
 
 pub fn which(bin: &str) -> Option<PathBuf> {

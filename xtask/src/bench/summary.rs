@@ -1,93 +1,126 @@
-//! The report's last sections: the observer daemon's own costs, runs skipped or disturbed, and
-//! the budget lines of issue #6.
+//! The report's last sections: the observer daemons' own costs, runs skipped or disturbed, and
+//! the budget of issue 12, before/after when a baseline was benched.
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use super::{
-    report::{median, minmax, paired_ratio, Results},
+    report::{median, minmax, paired_ratio, DaemonResults, Results},
     setup::{Config, Env, Target, Workload},
 };
 
-/// The observer daemon's CPU seconds per million requests during the IOPS runs, and the median
-/// and maximum scrape time (ms).
-fn daemon_figures(res: &Results) -> (f64, f64, f64) {
-    let cpu_per_m = if res.obs_requests > 0 {
-        res.obs_cpu_s / (res.obs_requests as f64 / 1e6)
-    } else {
-        f64::NAN
-    };
-    let (_, scrape_max) = minmax(&res.scrape_ms);
-    (cpu_per_m, median(&res.scrape_ms), scrape_max)
+/// The daemons benched, the baseline ("before") first.
+fn daemons(res: &Results) -> Vec<(Config, &DaemonResults)> {
+    [Config::Baseline, Config::Observer]
+        .into_iter()
+        .filter_map(|c| res.daemons.get(&c).map(|d| (c, d)))
+        .collect()
+}
+
+impl DaemonResults {
+    /// CPU seconds per million requests completed during the IOPS runs.
+    fn cpu_per_m(&self) -> f64 {
+        if self.requests > 0 {
+            self.cpu_s / (self.requests as f64 / 1e6)
+        } else {
+            f64::NAN
+        }
+    }
+
+    /// Share of one core (%) at 100k IOPS.
+    fn core_pct(&self) -> f64 {
+        self.cpu_per_m() * 10.0
+    }
+
+    /// Completions on the measured devices (bench device in the IOPS runs, the busy devices in
+    /// the scrape phase) that `blkobs_requests_total` does not have.
+    fn lost(&self) -> f64 {
+        (self.disk_completions as f64 - self.recorded)
+            + (self.scrape_completions as f64 - self.scrape_recorded)
+    }
+
+    fn untracked(&self) -> f64 {
+        self.events.untracked + self.scrape_events.untracked
+    }
+
+    fn dropped(&self) -> f64 {
+        self.events.dropped + self.scrape_events.dropped
+    }
 }
 
 pub fn observer_table(o: &mut String, env: &Env, res: &Results) {
-    let a = &env.args;
-    let (cpu_per_m, scrape_med, scrape_max) = daemon_figures(res);
-    let e = &res.obs_events;
-    let s = &res.scrape_events;
+    let ds = daemons(res);
+    if ds.is_empty() {
+        return;
+    }
     let _ = writeln!(
         o,
         "\n### Observer daemon (default configuration, /metrics scraped every 5 s during runs)\n"
     );
-    let _ = writeln!(o, "| measure | value |\n|---|---:|");
-    let mut row = |measure: &str, value: String| {
-        let _ = writeln!(o, "| {measure} | {value} |");
+    let head: Vec<&str> = ds.iter().map(|(c, _)| c.label()).collect();
+    let _ = writeln!(o, "| measure | {} |", head.join(" | "));
+    let _ = writeln!(o, "|---|{}", "---:|".repeat(ds.len()));
+    let mut row = |measure: &str, value: &dyn Fn(Config, &DaemonResults) -> String| {
+        let cells: Vec<String> = ds.iter().map(|(c, d)| value(*c, d)).collect();
+        let _ = writeln!(o, "| {measure} | {} |", cells.join(" | "));
     };
     let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
     row(
         "peak RSS (VmHWM, max over runs, includes startup)",
-        mib(res.obs_peak_rss_kib),
+        &|_, d| mib(d.peak_rss_kib),
     );
-    row(
-        "RSS at the end of a run (VmRSS, max over runs)",
-        mib(res.obs_rss_kib),
-    );
-    row(
-        "CPU seconds per million requests",
+    row("RSS at the end of a run (VmRSS, max over runs)", &|_, d| {
+        mib(d.rss_kib)
+    });
+    row("CPU seconds per million requests", &|_, d| {
         format!(
             "{:.4} s ({:.3} s over {:.1} M requests)",
-            cpu_per_m,
-            res.obs_cpu_s,
-            res.obs_requests as f64 / 1e6
-        ),
-    );
-    row(
-        "⇒ share of one core at 100k IOPS",
-        format!("{:.3} %", cpu_per_m * 0.1 * 100.0),
-    );
+            d.cpu_per_m(),
+            d.cpu_s,
+            d.requests as f64 / 1e6
+        )
+    });
+    row("⇒ share of one core at 100k IOPS", &|_, d| {
+        format!("{:.3} %", d.core_pct())
+    });
     row(
         &format!(
-            "/metrics scrape, {} loop devices busy: median / max of {}",
-            a.scrape_devices,
-            res.scrape_ms.len()
+            "/metrics scrape, {} loop devices busy: median / max (scrapes)",
+            env.args.scrape_devices
         ),
-        format!(
-            "{:.2} ms / {:.2} ms ({} series, {} of {} devices exported)",
-            scrape_med, scrape_max, res.scrape_series, res.scrape_devices, a.scrape_devices
-        ),
+        &|_, d| {
+            let (_, mx) = minmax(&d.scrape_ms);
+            format!(
+                "{:.2} ms / {:.2} ms ({}; {} series, {} of {} devices exported)",
+                median(&d.scrape_ms),
+                mx,
+                d.scrape_ms.len(),
+                d.scrape_series,
+                d.scrape_devices,
+                env.args.scrape_devices
+            )
+        },
     );
     row(
         "untracked completions (IOPS runs / scrape phase)",
-        format!("{} / {}", e.untracked, s.untracked),
+        &|_, d| format!("{} / {}", d.events.untracked, d.scrape_events.untracked),
     );
     row(
         "dropped requests, map full (IOPS runs / scrape phase)",
-        format!("{} / {}", e.dropped, s.dropped),
+        &|_, d| format!("{} / {}", d.events.dropped, d.scrape_events.dropped),
+    );
+    row("stale entries, clock anomalies (IOPS runs)", &|_, d| {
+        format!("{} , {}", d.events.stale, d.events.clock)
+    });
+    row(
+        "requests recorded / completed on the bench device(s), IOPS runs",
+        &|_, d| format!("{:.0} / {}", d.recorded, d.disk_completions),
     );
     row(
-        "stale entries, clock anomalies (IOPS runs)",
-        format!("{} , {}", e.stale, e.clock),
-    );
-    row(
-        "requests recorded / completed on the bench device(s)",
-        format!("{:.0} / {}", res.obs_recorded, res.obs_disk_completions),
+        "requests recorded / completed on the busy devices, scrape phase",
+        &|_, d| format!("{:.0} / {}", d.scrape_recorded, d.scrape_completions),
     );
     row(
         "program runs skipped by the kernel (recursion_misses), IOPS runs",
-        res.misses
-            .get(&Config::Observer)
-            .copied()
-            .unwrap_or(0)
-            .to_string(),
+        &|c, _| res.misses.get(&c).copied().unwrap_or(0).to_string(),
     );
 }
 
@@ -98,7 +131,7 @@ pub fn misses_and_foreign(o: &mut String, res: &Results) {
             .misses
             .iter()
             .filter(|(c, _)| **c != Config::Untraced)
-            .map(|(c, n)| format!("{} {n}", c.name()))
+            .map(|(c, n)| format!("{} {n}", c.label()))
             .collect();
         let _ = writeln!(o, "\nProgram runs skipped by the kernel during the IOPS runs (bpftool recursion_misses: a lost event for any tracer): {}", m.join(", "));
     }
@@ -110,7 +143,12 @@ pub fn misses_and_foreign(o: &mut String, res: &Results) {
     }
 }
 
-/// Budget lines (information only: nothing here fails the run).
+/// A daemon's value on one budget line, and whether it is within the budget.
+type Cell = Option<(String, bool)>;
+
+/// The budget of issue 12, one line per row; a column per daemon (the baseline, "before", then
+/// the current observer) and the verdict for the current one. Information only: nothing here
+/// fails the run.
 pub fn budget(
     o: &mut String,
     env: &Env,
@@ -118,73 +156,149 @@ pub fn budget(
     res: &Results,
     totals: &BTreeMap<(Config, Workload), f64>,
 ) {
-    let a = &env.args;
-    let (cpu_per_m, scrape_med, scrape_max) = daemon_figures(res);
-    let e = &res.obs_events;
-    let s = &res.scrape_events;
-    let _ = writeln!(o, "\n### Budget (issue #6), medians of this run\n");
-    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    let cols: Vec<Config> = if res.daemons.contains_key(&Config::Baseline) {
+        vec![Config::Baseline, Config::Observer]
+    } else {
+        vec![Config::Observer]
+    };
+    let _ = writeln!(
+        o,
+        "\n### Budget (issue 12){}, medians of this run\n",
+        if cols.len() > 1 { ": before/after" } else { "" }
+    );
+    let head: Vec<&str> = cols.iter().map(|c| c.label()).collect();
+    let _ = writeln!(
+        o,
+        "| budget line | {} | budget | verdict ({}) |",
+        head.join(" | "),
+        Config::Observer.label()
+    );
+    let _ = writeln!(o, "|---|{}---|---|", "---:|".repeat(cols.len()));
+    let mut row = |line: &str, budget: &str, cell: &dyn Fn(Config) -> Cell| {
+        let cells: Vec<String> = cols
+            .iter()
+            .map(|c| cell(*c).map(|v| v.0).unwrap_or_else(|| "–".into()))
+            .collect();
+        let verdict = match cell(Config::Observer) {
+            Some((_, true)) => "met",
+            Some((_, false)) => "**NOT met**",
+            None => "not measured",
+        };
+        let _ = writeln!(
+            o,
+            "| {line} | {} | {budget} | {verdict} |",
+            cells.join(" | ")
+        );
+    };
     let t0 = targets[0].name().to_string();
-    for w in [Workload::RandRead, Workload::RandWrite] {
-        let get = |c| res.iops.get(&(t0.clone(), w, c)).map(|v| median(v));
-        if let (Some(b), Some(ob)) = (get(Config::Untraced), get(Config::Observer)) {
-            let r = ob / b;
-            let key = |c| (t0.clone(), w, c);
-            let paired = match (
-                res.iops.get(&key(Config::Observer)),
-                res.iops.get(&key(Config::Untraced)),
-            ) {
-                (Some(v), Some(b)) => paired_ratio(v, b),
-                _ => f64::NAN,
-            };
-            let _ = writeln!(o, "- {}: observer IOPS ratio {:.3} of medians, {:.3} median of per-round ratios (≥ 0.92): {}", w.fio(), r, paired, verdict(r >= 0.92 && paired >= 0.92));
-        }
-        if let Some(ns) = totals.get(&(Config::Observer, w)) {
-            let _ = writeln!(
-                o,
-                "- {}: observer eBPF {:.0} ns/request (≤ 280): {}",
-                w.fio(),
-                ns,
-                verdict(*ns <= 280.0)
-            );
-            if let Some(bl) = totals.get(&(Config::Biolatency, w)) {
-                let _ = writeln!(
-                    o,
-                    "- {}: observer / biolatency eBPF cost {:.2} (≤ 0.33; biolatency {:.0} ns): {}",
-                    w.fio(),
-                    ns / bl,
-                    bl,
-                    verdict(ns / bl <= 1.0 / 3.0)
-                );
-            }
-        }
-    }
-    if res.obs_requests > 0 {
-        let _ = writeln!(
-            o,
-            "- peak RSS {:.1} MiB (≤ 32): {}",
-            res.obs_peak_rss_kib as f64 / 1024.0,
-            verdict(res.obs_peak_rss_kib <= 32 * 1024)
-        );
-        let _ = writeln!(
-            o,
-            "- CPU {:.3} % of a core at 100k IOPS (< 1 %): {}",
-            cpu_per_m * 10.0,
-            verdict(cpu_per_m * 10.0 < 1.0)
+    let ws = [Workload::RandRead, Workload::RandWrite];
+    for w in ws {
+        row(
+            &format!("eBPF cost per request, {} (bpf_stats)", w.fio()),
+            "≤ 300 ns",
+            &|c| {
+                let ns = totals.get(&(c, w))?;
+                Some((format!("{ns:.0} ns"), *ns <= 300.0))
+            },
         );
     }
-    if !res.scrape_ms.is_empty() {
+    for w in ws {
+        row(
+            &format!(
+                "IOPS / untraced, {} (of medians; median of per-round ratios)",
+                w.fio()
+            ),
+            "≥ 0.92",
+            &|c| {
+                let get = |c| res.iops.get(&(t0.clone(), w, c));
+                let (v, base) = (get(c)?, get(Config::Untraced)?);
+                let r = median(v) / median(base);
+                let paired = paired_ratio(v, base);
+                Some((format!("{r:.3}; {paired:.3}"), r >= 0.92 && paired >= 0.92))
+            },
+        );
+    }
+    row(
+        "lost + skipped / untracked / dropped, whole bench (see below)",
+        "0",
+        &|c| {
+            let d = res.daemons.get(&c)?;
+            let misses = res.misses.get(&c).copied().unwrap_or(0);
+            let (lost, untracked, dropped) = (d.lost(), d.untracked(), d.dropped());
+            Some((
+                format!("{lost:.0} + {misses} / {untracked} / {dropped}"),
+                lost == 0.0 && misses == 0 && untracked == 0.0 && dropped == 0.0,
+            ))
+        },
+    );
+    let n = env.args.scrape_devices;
+    row(
+        &format!("`/metrics` scrape median (max), {n} busy devices"),
+        if n == 32 {
+            "≤ 20 ms"
+        } else {
+            "≤ 20 ms (with 32 devices)"
+        },
+        &|c| {
+            let d = res.daemons.get(&c).filter(|d| !d.scrape_ms.is_empty())?;
+            let (m, (_, mx)) = (median(&d.scrape_ms), minmax(&d.scrape_ms));
+            Some((format!("{m:.1} ms ({mx:.1})"), m <= 20.0))
+        },
+    );
+    row(
+        "daemon peak RSS (VmHWM, start-up included)",
+        "≤ 32 MiB",
+        &|c| {
+            let d = res.daemons.get(&c).filter(|d| d.peak_rss_kib > 0)?;
+            Some((
+                format!("{:.1} MiB", d.peak_rss_kib as f64 / 1024.0),
+                d.peak_rss_kib <= 32 * 1024,
+            ))
+        },
+    );
+    row(
+        "daemon CPU in steady state, share of a core at 100 k IOPS",
+        "< 1 %",
+        &|c| {
+            let d = res.daemons.get(&c).filter(|d| d.requests > 0)?;
+            Some((format!("{:.3} %", d.core_pct()), d.core_pct() < 1.0))
+        },
+    );
+    for w in ws {
+        row(
+            &format!(
+                "(information) eBPF cost / biolatency's, {} (issue #6 asked ≤ ⅓)",
+                w.fio()
+            ),
+            "≤ 0.33",
+            &|c| {
+                let (ns, bl) = (totals.get(&(c, w))?, totals.get(&(Config::Biolatency, w))?);
+                Some((format!("{:.2}", ns / bl), ns / bl <= 1.0 / 3.0))
+            },
+        );
+    }
+    if let Some(bl) = ws
+        .iter()
+        .map(|w| totals.get(&(Config::Biolatency, *w)))
+        .collect::<Option<Vec<_>>>()
+    {
         let _ = writeln!(
             o,
-            "- scrape median {:.2} ms, max {:.2} ms with {} devices (≤ 20 ms): {}",
-            scrape_med,
-            scrape_max,
-            a.scrape_devices,
-            verdict(scrape_med <= 20.0)
+            "\nbiolatency: {:.0} / {:.0} ns per request (randread / randwrite).",
+            bl[0], bl[1]
         );
-        let zero = e.untracked + e.dropped + s.untracked + s.dropped == 0.0;
-        let _ = writeln!(o, "- dropped or untracked completions: {}: {} (and: {} runs skipped by the kernel; {:.0} completions on the bench device not in blkobs_requests_total)",
-            e.untracked + e.dropped + s.untracked + s.dropped, verdict(zero),
-            res.misses.get(&Config::Observer).copied().unwrap_or(0), res.obs_disk_completions as f64 - res.obs_recorded);
+    }
+    let _ = writeln!(
+        o,
+        "\nLost: completions on the measured devices (the bench device in the IOPS runs, the busy \
+         devices in the scrape phase) that `blkobs_requests_total` lacks; skipped: program runs \
+         the kernel skipped (recursion_misses, IOPS runs); untracked, dropped: the daemon's own \
+         counters, IOPS runs and scrape phase."
+    );
+    if n != 32 {
+        let _ = writeln!(
+            o,
+            "\nThe scrape line's budget is for 32 busy devices; this run had {n} (--scrape-devices)."
+        );
     }
 }

@@ -53,14 +53,18 @@ impl Running {
                     .stderr(log("biolatency")?),
                 libc::SIGINT,
             )?),
-            Config::Observer => {
+            Config::Observer | Config::Baseline => {
                 port = free_port()?;
+                // Both daemons alike: the default configuration (no config file from the
+                // environment), listening on a free port.
                 let mut p = Proc::spawn(
-                    "observer",
-                    Command::new(env.root.join("target/release/observer"))
+                    config.label(),
+                    Command::new(env.daemon_bin(config)?)
                         .args(["--listen", &format!("127.0.0.1:{port}")])
+                        .env_remove("OBSERVER_CONFIG")
+                        .env_remove("OBSERVER_WEB_CONFIG_FILE")
                         .stdout(Stdio::null())
-                        .stderr(log("observer")?),
+                        .stderr(log(config.name())?),
                     libc::SIGTERM,
                 )?;
                 // It attaches before it listens: /healthz answering means attached.
@@ -69,7 +73,8 @@ impl Running {
                     p.ensure_running()?;
                     ensure!(
                         Instant::now() < end,
-                        "observer did not answer /healthz in 30 s"
+                        "{} did not answer /healthz in 30 s",
+                        config.label()
                     );
                     sleep(Duration::from_millis(50))?;
                 }
@@ -92,7 +97,7 @@ impl Running {
                 ensure!(
                     Instant::now() < end,
                     "{}: only {} of {want} programs loaded after 30 s",
-                    config.name(),
+                    config.label(),
                     progs.len()
                 );
                 sleep(Duration::from_millis(100))?;
@@ -105,7 +110,7 @@ impl Running {
             progs,
             scraper: None,
         };
-        if config == Config::Observer {
+        if config.is_daemon() {
             r.scraper = Some(Scraper::start(port, Duration::from_secs(5)));
         }
         r.ensure_running()?;
