@@ -4,8 +4,7 @@
 //! |---|---|---|---|
 //! | `INFLIGHT_SLOTS` | array of [`SLOTS`], index [`slot_index`]`(rq)` | [`Slot`]`<`[`Inflight`]`>` (key: `struct request *`) |
 //! | `INFLIGHT` | hash | `struct request *` as u64 | [`Inflight`] (requests whose slot another struct owns) |
-//! | `BIO_SLOTS` | array of [`SLOTS`], index [`slot_index`]`(bio)` | [`Slot`]`<`[`BioQueued`]`>` (key: `struct bio *`) |
-//! | `BIO_QUEUED` | hash | `struct bio *` as u64 | [`BioQueued`] (bios whose slot another address owns) |
+//! | `BIO_QUEUED` | hash | `struct bio *` as u64 | [`BioQueued`] |
 //! | `CLASS_STATS` | per-CPU hash | [`ClassKey`] | [`ClassStats`] |
 //! | `ERRORS` | per-CPU hash | [`ErrorKey`] | u64 count |
 //! | `COUNTERS` | per-CPU array | [`Counter`] as u32 | u64 |
@@ -191,29 +190,28 @@ pub struct BioQueued {
 /// request pointer. Most requests live here; `INFLIGHT` (hash) holds only the requests whose
 /// array slot belongs to another `struct request` (see [`Slot`]).
 pub const INFLIGHT_SLOTS: &str = "INFLIGHT_SLOTS";
-/// `BIO_SLOTS`: array of [`SLOTS`] [`Slot`]`<`[`BioQueued`]`>`, index [`slot_index`] of the bio
-/// address; `BIO_QUEUED` (hash) holds the bios whose slot belongs to another address.
-pub const BIO_SLOTS: &str = "BIO_SLOTS";
-/// Entries of `INFLIGHT_SLOTS` and `BIO_SLOTS` (a power of two).
+/// Entries of `INFLIGHT_SLOTS` (a power of two).
 pub const SLOTS: u32 = 1 << 14;
 /// Map flags of the slot arrays: `BPF_F_MMAPABLE` (include/uapi/linux/bpf.h, Linux 5.5), so the
-/// daemon reads them through a read-only mapping (1.5 MiB and 0.75 MiB, scanned in place)
+/// daemon reads them through a read-only mapping (1.5 MiB, scanned in place)
 /// instead of copying every slot out with `BPF_MAP_LOOKUP_BATCH` on each scrape.
 pub const SLOTS_MAP_FLAGS: u32 = 1 << 10;
 
-/// The slot of a kernel address (a `struct request *` or `struct bio *`) in the direct-mapped
-/// arrays: Fibonacci hashing of the address in 64-byte units (both structs are at least
-/// cache-line aligned slab or page objects), `0..SLOTS`.
+/// The slot of a kernel address (a `struct request *`) in the direct-mapped array: Fibonacci
+/// hashing of the address in 64-byte units (request structs are carved cache-line aligned from
+/// the tag set's pages), `0..SLOTS`.
 #[inline(always)]
 pub const fn slot_index(addr: u64) -> u32 {
     ((addr >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as u32
 }
 
-/// One entry of a direct-mapped slot array (`INFLIGHT_SLOTS`, `BIO_SLOTS`): the value of the
+/// One entry of a direct-mapped slot array (`INFLIGHT_SLOTS`): the value of the
 /// kernel object at address `key`. An array lookup is inlined by the verifier (a few ns) where a
 /// hash lookup is a helper call (≈ 46 ns here, BENCHMARKS.md "Building blocks"), and request
-/// structs are preallocated per tag and reused, bios are slab objects reused: the set of
-/// addresses is small and stable, so nearly every object finds its own slot.
+/// structs are preallocated per tag and reused: the set of addresses is small and stable, so
+/// nearly every request finds its own slot. (Not for bios: tried, their addresses are too
+/// many — thousands of them lost their slot to another within a minute of fio and filled the
+/// hash map behind it — BENCHMARKS.md.)
 ///
 /// **Ownership is permanent**: the first object to claim an empty slot owns it for the map's
 /// life (the programs never write `key` again, the daemon never writes it). Claiming is
@@ -499,7 +497,6 @@ mod tests {
     #[test]
     fn slot_values_have_no_padding() {
         assert_eq!(core::mem::size_of::<Slot<Inflight>>(), 16 + 80);
-        assert_eq!(core::mem::size_of::<Slot<BioQueued>>(), 16 + 32);
     }
 
     /// Request structs (tag-set pages, a few hundred bytes apart) spread over the slots: 4096

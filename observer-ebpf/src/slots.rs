@@ -1,4 +1,4 @@
-//! Direct-mapped slot arrays (`INFLIGHT_SLOTS`, `BIO_SLOTS`): the value of a kernel object
+//! Direct-mapped slot arrays (`INFLIGHT_SLOTS`): the value of a kernel object
 //! found with an array lookup (inlined by the verifier) instead of a hash-map helper call. See
 //! [`observer_common::maps::Slot`] for the ownership rule that makes a slot single-writer.
 use core::ptr::{addr_of_mut, read_volatile};

@@ -14,39 +14,25 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
-    maps::{Array, HashMap},
+    maps::HashMap,
     EbpfContext,
 };
 use observer_common::{
     class::classify,
-    maps::{BioQueued, Counter, Slot, BIO_QUEUED_ENTRIES, SLOTS, SLOTS_MAP_FLAGS},
+    maps::{BioQueued, Counter, BIO_QUEUED_ENTRIES},
 };
 use observer_ebpf::{
     arg,
     kernel::{bio_disk, disk_dev},
     layout, programs, read,
-    slots::{claim, owned},
     store::put,
 };
 
-use crate::maps::{count, scalar};
+use crate::maps::count;
 
 /// Bios between entry and request: address → entry (observer_common::maps::BIO_QUEUED).
 #[map]
 pub static BIO_QUEUED: HashMap<u64, BioQueued> = HashMap::with_max_entries(BIO_QUEUED_ENTRIES, 0);
-/// Bio address → entry, direct-mapped (observer_common::maps::BIO_SLOTS); `BIO_QUEUED` holds
-/// the bios whose slot belongs to another address.
-#[map]
-pub static BIO_SLOTS: Array<Slot<BioQueued>> = Array::with_max_entries(SLOTS, SLOTS_MAP_FLAGS);
-
-/// The entry of a bio: its own slot, else its hash entry (if any).
-#[inline(always)]
-fn entry(bio: u64) -> Option<*mut BioQueued> {
-    match owned(&BIO_SLOTS, scalar(bio)) {
-        Some(p) => Some(p),
-        None => BIO_QUEUED.get_ptr_mut(&bio),
-    }
-}
 
 #[inline(always)]
 fn on_bio_queue(c: &impl EbpfContext, i: usize) {
@@ -67,12 +53,8 @@ fn on_bio_queue(c: &impl EbpfContext, i: usize) {
     );
     // Bio structs are slab objects, reused: an entry is kept after use (queue_ns 0) and
     // overwritten in place by the next bio at that address, without the map's locks. The
-    // daemon deletes unused hash entries when the map fills up (collect/reaper.rs).
-    let found = match claim(&BIO_SLOTS, scalar(bio)) {
-        Some(p) => Some(p),
-        None => BIO_QUEUED.get_ptr_mut(&bio),
-    };
-    if let Some(p) = found {
+    // daemon deletes unused entries when the map fills up (collect/reaper.rs).
+    if let Some(p) = BIO_QUEUED.get_ptr_mut(&bio) {
         unsafe {
             put(addr_of_mut!((*p).sector), sector);
             put(addr_of_mut!((*p).dev), dev);
@@ -103,7 +85,7 @@ pub fn queued_at(bio: u64) -> Option<u64> {
     if bio == 0 {
         return None;
     }
-    let p = entry(bio)?;
+    let p = BIO_QUEUED.get_ptr_mut(&bio)?;
     let t = unsafe { (*p).queue_ns };
     if t == 0 {
         return None;
@@ -115,7 +97,7 @@ pub fn queued_at(bio: u64) -> Option<u64> {
 /// Forgets a bio that merged into an existing request, or ended (marks its entry unused).
 #[inline(always)]
 pub fn forget(bio: u64) {
-    if let Some(p) = entry(bio) {
+    if let Some(p) = BIO_QUEUED.get_ptr_mut(&bio) {
         unsafe { put(addr_of_mut!((*p).queue_ns), 0) };
     }
 }

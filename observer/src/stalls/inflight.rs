@@ -8,7 +8,7 @@ use super::{
 };
 use crate::{
     bpf::{
-        batch::{read_bios, read_inflight},
+        batch::{read_hash, read_inflight},
         maps::KernelMaps,
     },
     config::DeviceFilter,
@@ -36,7 +36,7 @@ pub fn inflight(
     // or cgroup (captured only for requests).
     let bios: Vec<_> = {
         let map = maps.bio_queued.lock().expect("BIO_QUEUED lock");
-        read_bios(&maps.bio_slots, &map)
+        read_hash(&map)
             .into_iter()
             .filter(|(_, b)| b.queue_ns != 0)
             .collect()
