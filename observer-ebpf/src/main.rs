@@ -13,6 +13,7 @@
 //! from kernel BTF (`observer_ebpf::kernel`).
 #![no_std]
 #![no_main]
+#![feature(asm_experimental_arch)]
 
 mod inflight;
 mod maps;

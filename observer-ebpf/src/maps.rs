@@ -50,22 +50,35 @@ static LOG_RANGES: Array<LogRanges> = Array::with_max_entries(DEV_SLOTS, 0);
 #[map]
 static SCRATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// A tracepoint's pointer argument as a plain number (0 if the scratch slot is missing, which
-/// it never is), for hashing: in tp_btf programs arguments are typed pointers, whose shifts
-/// and multiplications the verifier refuses ("pointer arithmetic with >>= operator
-/// prohibited"), and a pointer's stack copy cannot be read back in halves ("invalid size of
-/// register fill"). Stored into a map value (allowed for programs loaded with CAP_PERFMON:
-/// kernel/bpf/verifier.c, allow_ptr_leaks) and loaded again, it is a number. Two
-/// instructions after an inlined per-CPU array lookup.
+/// A tracepoint's pointer argument as a plain number (0 if that fails, see below), for
+/// hashing: in tp_btf programs arguments are typed pointers, whose shifts and multiplications
+/// the verifier refuses ("pointer arithmetic with >>= operator prohibited"), and a pointer's
+/// stack copy cannot be read back in halves ("invalid size of register fill"). Stored into a
+/// map value (allowed for programs loaded with CAP_PERFMON: kernel/bpf/verifier.c,
+/// allow_ptr_leaks) and loaded again, it is a number. The scratch value is per CPU but not
+/// per program run: another program may run on this CPU between the store and the load (a
+/// completion in an interrupt, or another task: tracing programs run with migration, not
+/// preemption, disabled), so the value read back is compared with the pointer and the store
+/// retried; after 4 clobbered tries, 0 (the caller then uses the hash map). Without this check
+/// the 1-minute soak counted 4 untracked and 2 unexplained lost completions.
 #[inline(always)]
 pub fn scalar(p: u64) -> u64 {
-    match SCRATCH.get_ptr_mut(0) {
-        Some(s) => unsafe {
+    let Some(s) = SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    for _ in 0..4 {
+        unsafe {
             put(s, p);
-            core::ptr::read_volatile(s)
-        },
-        None => 0,
+            let v = core::ptr::read_volatile(s);
+            // An opaque copy: the compiler would otherwise return `p` itself once `v == p`.
+            let mut n = v;
+            core::arch::asm!("{0} = {0}", inout(reg) n);
+            if v == p {
+                return n;
+            }
+        }
     }
+    0
 }
 
 #[inline(always)]
