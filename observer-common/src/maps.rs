@@ -4,7 +4,8 @@
 //! |---|---|---|---|
 //! | `INFLIGHT_SLOTS` | array of [`SLOTS`], index [`slot_index`]`(rq)` | [`Slot`]`<`[`Inflight`]`>` (key: `struct request *`) |
 //! | `INFLIGHT` | hash | `struct request *` as u64 | [`Inflight`] (requests whose slot another struct owns) |
-//! | `BIO_QUEUED` | hash | `struct bio *` as u64 | [`BioQueued`] |
+//! | `BIO_SLOTS` | array of [`SLOTS`], index [`slot_index`]`(bio)` | [`Slot`]`<`[`BioQueued`]`>` (key: `struct bio *`) |
+//! | `BIO_QUEUED` | hash | `struct bio *` as u64 | [`BioQueued`] (bios whose leased slot another bio holds) |
 //! | `CLASS_STATS` | per-CPU hash | [`ClassKey`] | [`ClassStats`] |
 //! | `ERRORS` | per-CPU hash | [`ErrorKey`] | u64 count |
 //! | `COUNTERS` | per-CPU array | [`Counter`] as u32 | u64 |
@@ -154,7 +155,8 @@ pub const NO_SLOT: u32 = 0;
 /// stall-tracked; the daemon reports the others as degraded.
 pub const DEV_SLOT_LIMIT: u32 = DEV_SLOTS - 1;
 
-/// `BIO_QUEUED`: hash map, a bio's kernel address → [`BioQueued`], from the bio's entry
+/// `BIO_QUEUED`: hash map, a bio's kernel address → [`BioQueued`] for bios whose `BIO_SLOTS`
+/// slot another bio holds, from the bio's entry
 /// (block_bio_queue) on a request-based disk until it becomes a request (block_io_start, or
 /// the fallback entry points), merges into one (block_bio_backmerge/frontmerge) or ends
 /// (block_bio_complete: also a bio failed or merged without a tracepoint, e.g. a discard).
@@ -168,9 +170,8 @@ pub const BIO_QUEUED_ENTRIES: u32 = 16384;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BioQueued {
-    /// When it entered (ns, CLOCK_MONOTONIC); 0 once the bio got its request, merged or ended
-    /// (the entry is kept for the next bio at that address; the daemon deletes unused entries
-    /// when the map is more than half full).
+    /// When it entered (ns, CLOCK_MONOTONIC); the entry is removed (slot given back, hash
+    /// entry deleted) once the bio got its request, merged or ended.
     pub queue_ns: u64,
     /// First sector (512 B).
     pub sector: u64,
@@ -190,42 +191,51 @@ pub struct BioQueued {
 /// request pointer. Most requests live here; `INFLIGHT` (hash) holds only the requests whose
 /// array slot belongs to another `struct request` (see [`Slot`]).
 pub const INFLIGHT_SLOTS: &str = "INFLIGHT_SLOTS";
-/// Entries of `INFLIGHT_SLOTS` (a power of two).
+/// `BIO_SLOTS`: array of [`SLOTS`] [`Slot`]`<`[`BioQueued`]`>`, index [`slot_index`] of the bio
+/// address, **leased** (see [`Slot`]): a bio holds its slot from its entry until it becomes a
+/// request, merges or ends; `BIO_QUEUED` (hash) holds the bios whose slot another live bio holds.
+pub const BIO_SLOTS: &str = "BIO_SLOTS";
+/// Entries of `INFLIGHT_SLOTS` and `BIO_SLOTS` (a power of two).
 pub const SLOTS: u32 = 1 << 14;
 /// Map flags of the slot arrays: `BPF_F_MMAPABLE` (include/uapi/linux/bpf.h, Linux 5.5), so the
-/// daemon reads them through a read-only mapping (1.5 MiB, scanned in place)
+/// daemon reads them through a read-only mapping (1.5 MiB and 0.75 MiB, scanned in place)
 /// instead of copying every slot out with `BPF_MAP_LOOKUP_BATCH` on each scrape.
 pub const SLOTS_MAP_FLAGS: u32 = 1 << 10;
 
-/// The slot of a kernel address (a `struct request *`) in the direct-mapped array: Fibonacci
-/// hashing of the address in 64-byte units (request structs are carved cache-line aligned from
-/// the tag set's pages), `0..SLOTS`.
+/// The slot of a kernel address (a `struct request *` or `struct bio *`) in the direct-mapped
+/// arrays: Fibonacci hashing of the address in 64-byte units (both structs are at least
+/// cache-line aligned slab or page objects), `0..SLOTS`.
 #[inline(always)]
 pub const fn slot_index(addr: u64) -> u32 {
     ((addr >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as u32
 }
 
-/// One entry of a direct-mapped slot array (`INFLIGHT_SLOTS`): the value of the
+/// One entry of a direct-mapped slot array (`INFLIGHT_SLOTS`, `BIO_SLOTS`): the value of the
 /// kernel object at address `key`. An array lookup is inlined by the verifier (a few ns) where a
-/// hash lookup is a helper call (≈ 46 ns here, BENCHMARKS.md "Building blocks"), and request
-/// structs are preallocated per tag and reused: the set of addresses is small and stable, so
-/// nearly every request finds its own slot. (Not for bios: tried, their addresses are too
-/// many — thousands of them lost their slot to another within a minute of fio and filled the
-/// hash map behind it — BENCHMARKS.md.)
+/// hash lookup is a helper call (≈ 46 ns here, BENCHMARKS.md "Building blocks").
 ///
-/// **Ownership is permanent**: the first object to claim an empty slot owns it for the map's
-/// life (the programs never write `key` again, the daemon never writes it). Claiming is
-/// `claims += 1` with an atomic add (`BPF_XADD`, every kernel with BPF), then `key = addr` only
-/// if `claims` reads exactly 1: of CPUs racing for the same empty slot at most one wins; losers
-/// (and any object whose slot belongs to another address) use the hash map, as before. So a
-/// slot is only ever written by events of its one owner — for a request that means by its own
-/// life's tracepoints — and never shared by two objects.
+/// Claiming a free slot (`key` 0, `claims` 0) is `claims += 1` with an atomic add (`BPF_XADD`,
+/// every kernel with BPF), then `key = addr` only if `claims` reads exactly 1: of CPUs racing
+/// for the same free slot at most one wins; losers (and any object whose slot another one
+/// holds) use the hash map. So a slot is only ever written by the events of its one holder,
+/// never shared by two objects. Two rules of holding:
+///
+/// - **`INFLIGHT_SLOTS`: owned for good.** Request structs are preallocated per tag and
+///   reused, so their set of addresses is small and stable: the first struct to claim a slot
+///   keeps it for the map's life, and nearly every request finds its own slot.
+/// - **`BIO_SLOTS`: leased.** Bio addresses are many (slab objects: in one minute of fio
+///   thousands of addresses competed for slots held for good, and the hash map behind them
+///   filled up), but few bios wait between entry and request at once. A bio holds its slot only
+///   while it waits: it gives it back (`key = 0`, then `claims -= 1`) when it becomes a request,
+///   merges or ends, and a CPU that lost the race takes its add back. Hash entries are
+///   deleted at the same moments, so neither map keeps entries of bios that are gone.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Slot<V> {
     /// The owner's kernel address; 0 while the slot is unclaimed.
     pub key: u64,
-    /// Claim attempts (atomic add); the slot is claimed by the one whose add made it 1.
+    /// Claims outstanding (atomic add): the holder's, plus those of CPUs racing for it that
+    /// have not taken theirs back yet; the slot is claimed by the one whose add made it 1.
     pub claims: u64,
     /// The owner's value, as in the hash map.
     pub value: V,
@@ -497,6 +507,7 @@ mod tests {
     #[test]
     fn slot_values_have_no_padding() {
         assert_eq!(core::mem::size_of::<Slot<Inflight>>(), 16 + 80);
+        assert_eq!(core::mem::size_of::<Slot<BioQueued>>(), 16 + 32);
     }
 
     /// Request structs (tag-set pages, a few hundred bytes apart) spread over the slots: 4096

@@ -1,6 +1,6 @@
 //! Kernel side of the block I/O observer: one short function per block tracepoint.
 //!
-//! A bio's entry (`block_bio_queue`, btt Q) is kept in `BIO_QUEUED` until it becomes a request.
+//! A bio's entry (`block_bio_queue`, btt Q) is kept in `BIO_SLOTS` (leased) or `BIO_QUEUED` until it becomes a request.
 //! A request's life, keyed by its `struct request *` in `INFLIGHT_SLOTS` (or `INFLIGHT`):
 //! `block_io_start` (enter, original flags) → `block_rq_issue` (dispatch) → `block_rq_complete`
 //! (final completion: aggregate into per-CPU histograms, forget). The internal flush request

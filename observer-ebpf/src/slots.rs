@@ -1,6 +1,6 @@
-//! Direct-mapped slot arrays (`INFLIGHT_SLOTS`): the value of a kernel object
+//! Direct-mapped slot arrays (`INFLIGHT_SLOTS`, owned for good; `BIO_SLOTS`, leased): the value of a kernel object
 //! found with an array lookup (inlined by the verifier) instead of a hash-map helper call. See
-//! [`observer_common::maps::Slot`] for the ownership rule that makes a slot single-writer.
+//! [`observer_common::maps::Slot`] for the claiming rule that makes a slot single-writer.
 use core::ptr::{addr_of_mut, read_volatile};
 
 use aya_ebpf::maps::Array;
@@ -37,22 +37,86 @@ pub fn claim<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut V> {
     if key == addr {
         return Some(unsafe { addr_of_mut!((*s).value) });
     }
-    let claims = unsafe { addr_of_mut!((*s).claims) };
-    if key != 0 || unsafe { read_volatile(claims) } != 0 {
-        return None;
-    }
-    // BPF_XADD, its result unused (no BPF_FETCH: it verifies on every kernel). The BPF target
-    // has no atomic read-modify-write in `core`, so the instruction is written out.
-    unsafe {
-        core::arch::asm!(
-            "lock *(u64 *)({p} + 0) += {v}",
-            p = in(reg) claims,
-            v = in(reg) 1u64,
-        )
-    };
-    if unsafe { read_volatile(claims) } != 1 {
+    if !try_claim(unsafe { addr_of_mut!((*s).claims) }, key) {
         return None;
     }
     unsafe { put(addr_of_mut!((*s).key), addr) };
     Some(unsafe { addr_of_mut!((*s).value) })
+}
+
+/// `*p += v` as one `BPF_XADD`, its result unused (no `BPF_FETCH`: it verifies on every
+/// kernel). The BPF target has no atomic read-modify-write in `core`, so it is written out.
+#[inline(always)]
+fn xadd(p: *mut u64, v: u64) {
+    unsafe {
+        core::arch::asm!(
+            "lock *(u64 *)({p} + 0) += {v}",
+            p = in(reg) p,
+            v = in(reg) v,
+        )
+    };
+}
+
+/// Whether this CPU won the free slot whose `claims` is at `claims` (`key`: the slot's key as
+/// read): its add made the count 1. Without `take_back` a losing add stays (slots owned for
+/// good: the slot is someone's anyway); with it, it is subtracted again (leased slots, which
+/// are free again once their holder gives them back).
+#[inline(always)]
+fn try_claim_with(claims: *mut u64, key: u64, take_back: bool) -> bool {
+    if key != 0 || unsafe { read_volatile(claims) } != 0 {
+        return false;
+    }
+    xadd(claims, 1);
+    if unsafe { read_volatile(claims) } == 1 {
+        return true;
+    }
+    if take_back {
+        xadd(claims, u64::MAX);
+    }
+    false
+}
+
+#[inline(always)]
+fn try_claim(claims: *mut u64, key: u64) -> bool {
+    try_claim_with(claims, key, false)
+}
+
+/// The value of the object at `addr` in its slot of a **leased** array (`BIO_SLOTS`): the slot
+/// it holds already (the same object entering again), or its free slot, leased now; `None` if
+/// another object holds the slot (or a racing CPU won it): then use the hash map. The value is
+/// whatever the last holder left: write every field. Give it back with [`give_back`].
+#[inline(always)]
+pub fn lease<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut V> {
+    if addr == 0 {
+        return None;
+    }
+    let s = map.get_ptr_mut(slot_index(addr))?;
+    let key = unsafe { read_volatile(addr_of_mut!((*s).key)) };
+    if key == addr {
+        return Some(unsafe { addr_of_mut!((*s).value) });
+    }
+    if !try_claim_with(unsafe { addr_of_mut!((*s).claims) }, key, true) {
+        return None;
+    }
+    unsafe { put(addr_of_mut!((*s).key), addr) };
+    Some(unsafe { addr_of_mut!((*s).value) })
+}
+
+/// Gives back the slot that `addr` holds in a leased array, returning what `read` takes from
+/// its value first (`None`: it holds none, e.g. it gave it back already, or it lives in the
+/// hash map). The key is cleared before the claim is released, so the next holder never
+/// finds it set.
+#[inline(always)]
+pub fn give_back<V, R>(map: &Array<Slot<V>>, addr: u64, read: impl FnOnce(&V) -> R) -> Option<R> {
+    if addr == 0 {
+        return None;
+    }
+    let s = map.get_ptr_mut(slot_index(addr))?;
+    if unsafe { read_volatile(addr_of_mut!((*s).key)) } != addr {
+        return None;
+    }
+    let v = read(unsafe { &*addr_of_mut!((*s).value) });
+    unsafe { put(addr_of_mut!((*s).key), 0) };
+    xadd(unsafe { addr_of_mut!((*s).claims) }, u64::MAX);
+    Some(v)
 }

@@ -1,6 +1,7 @@
 //! `block_bio_queue(struct bio *bio)` (before 5.11: `(q, bio)`): a bio enters the block layer
 //! (btt's Q: block/blk-core.c, submit_bio_noacct_nocheck). On a request-based disk its entry
-//! is kept in `BIO_QUEUED` until it becomes a request (`inflight::enter` takes it: the
+//! is kept in `BIO_SLOTS` (a slot leased for the bio's wait, or `BIO_QUEUED` if another bio
+//! holds the slot) until it becomes a request (`inflight::enter` takes it: the
 //! request's queue stage then starts at Q, so it includes sleeping for a request slot (tag)
 //! and write-back or cgroup throttling (rq_qos), which happen before the request exists) or
 //! merges into one (bio_merge.rs), or ends (`block_bio_complete(q, bio)`: also a bio that
@@ -11,28 +12,34 @@
 use core::ptr::addr_of_mut;
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
+    bindings::BPF_ANY,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
-    maps::HashMap,
+    maps::{Array, HashMap},
     EbpfContext,
 };
 use observer_common::{
     class::classify,
-    maps::{BioQueued, Counter, BIO_QUEUED_ENTRIES},
+    maps::{BioQueued, Counter, Slot, BIO_QUEUED_ENTRIES, SLOTS, SLOTS_MAP_FLAGS},
 };
 use observer_ebpf::{
     arg,
     kernel::{bio_disk, disk_dev},
     layout, programs, read,
+    slots::{give_back, lease},
     store::put,
 };
 
-use crate::maps::count;
+use crate::maps::{count, scalar};
 
-/// Bios between entry and request: address → entry (observer_common::maps::BIO_QUEUED).
+/// Bios between entry and request whose slot another bio holds: address → entry
+/// (observer_common::maps::BIO_QUEUED).
 #[map]
 pub static BIO_QUEUED: HashMap<u64, BioQueued> = HashMap::with_max_entries(BIO_QUEUED_ENTRIES, 0);
+/// Bios between entry and request, direct-mapped, each slot leased for one bio's wait
+/// (observer_common::maps::BIO_SLOTS).
+#[map]
+pub static BIO_SLOTS: Array<Slot<BioQueued>> = Array::with_max_entries(SLOTS, SLOTS_MAP_FLAGS);
 
 #[inline(always)]
 fn on_bio_queue(c: &impl EbpfContext, i: usize) {
@@ -51,10 +58,10 @@ fn on_bio_queue(c: &impl EbpfContext, i: usize) {
         (bpf_get_current_pid_tgid() >> 32) as u32,
         classify(read(bio, l.bio_opf), &l),
     );
-    // Bio structs are slab objects, reused: an entry is kept after use (queue_ns 0) and
-    // overwritten in place by the next bio at that address, without the map's locks. The
-    // daemon deletes unused entries when the map fills up (collect/reaper.rs).
-    if let Some(p) = BIO_QUEUED.get_ptr_mut(&bio) {
+    // Its own slot, leased until the bio becomes a request, merges or ends; nearly always
+    // free (few bios wait at once). Every field is written: the slot holds the last bio's.
+    // (`scalar` gives 0 in the rare case it fails: then the hash map, keyed by the pointer.)
+    if let Some(p) = lease(&BIO_SLOTS, scalar(bio)) {
         unsafe {
             put(addr_of_mut!((*p).sector), sector);
             put(addr_of_mut!((*p).dev), dev);
@@ -74,31 +81,32 @@ fn on_bio_queue(c: &impl EbpfContext, i: usize) {
         class,
         _pad: 0,
     };
-    if BIO_QUEUED.insert(&bio, &v, BPF_NOEXIST as u64).is_err() {
+    // BPF_ANY: an entry left by an earlier bio at this address (it ended unseen) is replaced.
+    if BIO_QUEUED.insert(&bio, &v, BPF_ANY as u64).is_err() {
         count(Counter::BioQueuedFull);
     }
 }
 
-/// When the bio entered the block layer, if it was seen; its entry is marked unused.
+/// When the bio entered the block layer, if it was seen; its entry is removed (the request's
+/// entry takes over).
 #[inline(always)]
 pub fn queued_at(bio: u64) -> Option<u64> {
     if bio == 0 {
         return None;
     }
-    let p = BIO_QUEUED.get_ptr_mut(&bio)?;
-    let t = unsafe { (*p).queue_ns };
-    if t == 0 {
-        return None;
+    if let Some(t) = give_back(&BIO_SLOTS, scalar(bio), |b| b.queue_ns) {
+        return Some(t);
     }
-    unsafe { put(addr_of_mut!((*p).queue_ns), 0) };
+    let t = unsafe { BIO_QUEUED.get(&bio) }?.queue_ns;
+    let _ = BIO_QUEUED.remove(&bio);
     Some(t)
 }
 
-/// Forgets a bio that merged into an existing request, or ended (marks its entry unused).
+/// Forgets a bio that merged into an existing request, or ended (removes its entry, if any).
 #[inline(always)]
 pub fn forget(bio: u64) {
-    if let Some(p) = BIO_QUEUED.get_ptr_mut(&bio) {
-        unsafe { put(addr_of_mut!((*p).queue_ns), 0) };
+    if bio != 0 && give_back(&BIO_SLOTS, scalar(bio), |_| ()).is_none() {
+        let _ = BIO_QUEUED.remove(&bio);
     }
 }
 

@@ -9,7 +9,7 @@ use aya::{
     maps::{Array, HashMap, IterableMap, MapData},
     Pod,
 };
-use observer_common::maps::{Inflight, Slot, SLOTS};
+use observer_common::maps::{BioQueued, Inflight, Slot, SLOTS};
 
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BATCH: usize = 4096;
@@ -116,7 +116,7 @@ pub fn read_inflight(maps: &InflightMaps) -> Vec<(u64, Inflight)> {
     out
 }
 
-/// A read-only view of a slot array (`INFLIGHT_SLOTS`: created with
+/// A read-only view of a slot array (`INFLIGHT_SLOTS`, `BIO_SLOTS`: created with
 /// [`observer_common::maps::SLOTS_MAP_FLAGS`], `BPF_F_MMAPABLE`), mapped once: reading it scans
 /// the kernel's values in place, no syscall and no copy of 16384 slots per read. Where the
 /// kernel refuses the mapping (before Linux 5.5) it is read with `BPF_MAP_LOOKUP_BATCH`.
@@ -198,6 +198,18 @@ pub fn read_hash<V: Pod + Default>(map: &HashMap<MapData, u64, V>) -> Vec<(u64, 
         Some(v) => v,
         None => map.iter().flatten().collect(),
     }
+}
+
+/// Bios between entry and request in `BIO_SLOTS` and `BIO_QUEUED`, as (bio address, entry).
+/// A slot read while its bio gives it back may show a stale value under its key: callers
+/// filter on `queue_ns != 0` and take the rest as a snapshot, not a transaction.
+pub fn read_bios(
+    slots: &SlotView<BioQueued>,
+    hash: &HashMap<MapData, u64, BioQueued>,
+) -> Vec<(u64, BioQueued)> {
+    let mut out = slots.read();
+    out.extend(read_hash(hash));
+    out
 }
 
 fn map_fd(m: &MapData) -> RawFd {

@@ -40,9 +40,11 @@ pub struct KernelMaps {
     pub dev_slots: Mutex<DevSlots>,
     /// `EVENTS` ring buffer, taken by the event reader at startup.
     pub events: Mutex<Option<RingBuf<MapData>>>,
-    /// `BIO_QUEUED`: bio address → a bio that entered and has no request yet (`queue_ns` ≠ 0),
-    /// or an unused entry; unused ones are deleted by the reaper.
-    pub bio_queued: Mutex<HashMap<MapData, u64, BioQueued>>,
+    /// `BIO_QUEUED`: bio address → a bio that entered and has no request yet, for bios whose
+    /// `BIO_SLOTS` slot another bio held (read only; the programs delete entries).
+    pub bio_queued: HashMap<MapData, u64, BioQueued>,
+    /// `BIO_SLOTS`: bio address → the same, direct-mapped, leased (read only, mapped).
+    pub bio_slots: SlotView<BioQueued>,
     /// Second handles on `CLASS_STATS` and `ERRORS` that delete the entries of disks gone
     /// for `[devices] forget_after`.
     pub gone: Mutex<GoneDevices>,
@@ -87,6 +89,10 @@ impl KernelMaps {
             .map_err(view_err(m::INFLIGHT_SLOTS))?;
         let inflight_view_rw = SlotView::new(IterableMap::map(&inflight_slots))
             .map_err(view_err(m::INFLIGHT_SLOTS))?;
+        let bio_slots: Array<MapData, Slot<BioQueued>> =
+            Array::try_from(take(m::BIO_SLOTS)?).map_err(conv(m::BIO_SLOTS))?;
+        let bio_view =
+            SlotView::new(IterableMap::map(&bio_slots)).map_err(view_err(m::BIO_SLOTS))?;
         let class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats> =
             PerCpuHashMap::try_from(take(m::CLASS_STATS)?).map_err(conv(m::CLASS_STATS))?;
         let errors: PerCpuHashMap<MapData, ErrorKey, u64> =
@@ -130,9 +136,8 @@ impl KernelMaps {
             events: Mutex::new(Some(
                 RingBuf::try_from(take(m::EVENTS)?).map_err(conv(m::EVENTS))?,
             )),
-            bio_queued: Mutex::new(
-                HashMap::try_from(take(m::BIO_QUEUED)?).map_err(conv(m::BIO_QUEUED))?,
-            ),
+            bio_queued: HashMap::try_from(take(m::BIO_QUEUED)?).map_err(conv(m::BIO_QUEUED))?,
+            bio_slots: bio_view,
             inflight_capacity,
             class_stats_capacity,
         })

@@ -19,8 +19,7 @@ use std::{
     sync::Mutex,
 };
 
-use aya::maps::{HashMap, MapData};
-use observer_common::maps::{BioQueued, ClassKey};
+use observer_common::maps::ClassKey;
 
 use crate::{
     bpf::{
@@ -29,27 +28,6 @@ use crate::{
     },
     time::monotonic_ns,
 };
-
-/// Deletes the unused entries of `BIO_QUEUED` (kept by the programs for the next bio at the
-/// same address) when more than half of `capacity` is in use, so bio addresses that are no
-/// longer used cannot fill it. Returns how many were deleted.
-pub fn prune_bios(map: &mut HashMap<MapData, u64, BioQueued>, capacity: u32) -> usize {
-    // One batch read (a few syscalls), not two syscalls per entry: the map keeps an entry per
-    // bio address ever seen (thousands), and this runs every second — entry by entry it cost
-    // the daemon ≈ 1 % of a core at 100 k IOPS (BENCHMARKS.md).
-    let entries: Vec<(u64, BioQueued)> = read_hash(map);
-    if entries.len() as u32 <= capacity / 2 {
-        return 0;
-    }
-    let mut n = 0;
-    for (bio, _) in entries.iter().filter(|(_, b)| b.queue_ns == 0) {
-        // Only if still unused: the programs may have reused it meanwhile.
-        if map.get(bio, 0).is_ok_and(|b| b.queue_ns == 0) && map.remove(bio).is_ok() {
-            n += 1;
-        }
-    }
-    n
-}
 
 /// Only entries dispatched longer ago than this (ns) are candidates.
 pub const MIN_AGE_NS: u64 = 1_000_000_000;

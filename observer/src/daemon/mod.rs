@@ -13,7 +13,7 @@ use crate::{
     bpf::{devslots, loader},
     collect::{
         events::History,
-        reaper::{self, Reaped, Reaper},
+        reaper::{Reaped, Reaper},
         snapshot::Snapshot,
         windows::{self, HistogramWindows},
     },
@@ -170,10 +170,6 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
                         st.maps.inflight_capacity,
                         &st.reaped,
                     );
-                }
-                {
-                    let mut bios = st.maps.bio_queued.lock().expect("BIO_QUEUED lock");
-                    reaper::prune_bios(&mut bios, observer_common::maps::BIO_QUEUED_ENTRIES);
                 }
                 let (filter, forget_after) = {
                     let rt = st.runtime.read().expect("runtime lock");

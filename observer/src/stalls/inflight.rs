@@ -8,7 +8,7 @@ use super::{
 };
 use crate::{
     bpf::{
-        batch::{read_hash, read_inflight},
+        batch::{read_bios, read_inflight},
         maps::KernelMaps,
     },
     config::DeviceFilter,
@@ -34,13 +34,10 @@ pub fn inflight(
         .collect();
     // A bio without a request, shown as a queued request: same fields, no submitter command
     // or cgroup (captured only for requests).
-    let bios: Vec<_> = {
-        let map = maps.bio_queued.lock().expect("BIO_QUEUED lock");
-        read_hash(&map)
-            .into_iter()
-            .filter(|(_, b)| b.queue_ns != 0)
-            .collect()
-    };
+    let bios: Vec<_> = read_bios(&maps.bio_slots, &maps.bio_queued)
+        .into_iter()
+        .filter(|(_, b)| b.queue_ns != 0)
+        .collect();
     all.extend(bios.into_iter().map(|(_, b)| Inflight {
         enter_ns: b.queue_ns,
         dev: b.dev,

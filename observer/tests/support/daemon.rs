@@ -178,3 +178,16 @@ pub fn json(d: &Daemon, path: &str) -> Value {
     assert_eq!(status, 200, "{path}: {body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }
+
+/// The newest loaded BPF map named `name` (the daemon under test loaded its maps last): a
+/// handle of its own, for tests that read (or, for the reaper's test, write) the programs'
+/// state directly. Panics if no map has that name.
+pub fn newest_map(name: &str) -> aya::maps::MapData {
+    let id = aya::maps::loaded_maps()
+        .filter_map(Result::ok)
+        .filter(|m| m.name_as_str() == Some(name))
+        .map(|m| m.id())
+        .max()
+        .unwrap_or_else(|| panic!("the daemon's {name} map"));
+    aya::maps::MapData::from_id(id).unwrap_or_else(|e| panic!("open map {name} ({id}): {e}"))
+}
