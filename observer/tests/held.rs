@@ -273,7 +273,7 @@ fn reaper_retires_a_request_the_kernel_says_is_not_in_flight() {
     let before = lost_untracked(&daemon, &dev.name);
     let slots: Array<MapData, _> =
         Array::try_from(Map::Array(newest_map("INFLIGHT_SLOTS"))).unwrap();
-    let view = SlotView::new(IterableMap::map(&slots)).unwrap();
+    let view = std::sync::Arc::new(SlotView::new(IterableMap::map(&slots)).unwrap());
     let mut maps = InflightMaps {
         hash: HashMap::try_from(Map::HashMap(newest_map("INFLIGHT"))).unwrap(),
         slots,

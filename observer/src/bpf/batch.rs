@@ -36,8 +36,9 @@ pub struct InflightMaps {
     pub hash: HashMap<MapData, u64, Inflight>,
     /// `INFLIGHT_SLOTS`: the direct-mapped array (point reads and the reaper's writes).
     pub slots: Array<MapData, Slot<Inflight>>,
-    /// The same array, mapped: what [`read_inflight`] scans.
-    pub view: SlotView<Inflight>,
+    /// The same array, mapped: what [`read_inflight`] scans. One mapping, shared by the
+    /// daemon's handles (the scrape's and the reaper's).
+    pub view: std::sync::Arc<SlotView<Inflight>>,
 }
 
 /// Where an entry read by [`InflightMaps::get`] lives.

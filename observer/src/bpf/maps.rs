@@ -85,10 +85,10 @@ impl KernelMaps {
         let view_err = |name: &'static str| {
             move |e: std::io::Error| load_err(format!("map {name} (view)"))(e.into())
         };
-        let inflight_view = SlotView::new(IterableMap::map(&inflight_slots))
-            .map_err(view_err(m::INFLIGHT_SLOTS))?;
-        let inflight_view_rw = SlotView::new(IterableMap::map(&inflight_slots))
-            .map_err(view_err(m::INFLIGHT_SLOTS))?;
+        let inflight_view = std::sync::Arc::new(
+            SlotView::new(IterableMap::map(&inflight_slots))
+                .map_err(view_err(m::INFLIGHT_SLOTS))?,
+        );
         let bio_slots: Array<MapData, Slot<BioQueued>> =
             Array::try_from(take(m::BIO_SLOTS)?).map_err(conv(m::BIO_SLOTS))?;
         let bio_view =
@@ -113,13 +113,13 @@ impl KernelMaps {
             inflight: InflightMaps {
                 hash: inflight,
                 slots: inflight_slots,
-                view: inflight_view,
+                view: inflight_view.clone(),
             },
             inflight_rw: Mutex::new(InflightMaps {
                 hash: HashMap::try_from(Map::HashMap(inflight_rw)).map_err(conv(m::INFLIGHT))?,
                 slots: Array::try_from(Map::Array(inflight_slots_rw))
                     .map_err(conv(m::INFLIGHT_SLOTS))?,
-                view: inflight_view_rw,
+                view: inflight_view,
             }),
             class_stats,
             errors,
