@@ -573,3 +573,138 @@ fn bio_slots_are_given_back() {
     );
     assert_eq!(counted, writes as f64, "writes counted vs diskstats");
 }
+
+/// The daemon reads `CLASS_STATS` (a per-CPU hash: 6,832 bytes per CPU per entry) with a few
+/// `BPF_MAP_LOOKUP_BATCH` calls per scrape instead of two syscalls per entry: that read must
+/// return exactly what aya's per-entry read returns (keys, and every CPU's value, byte for
+/// byte), with the daemon's buffer and with one so small that every call must grow it (a
+/// bucket holding more entries than asked for: `ENOSPC`), on every kernel of the matrix.
+#[test]
+fn class_stats_batched_read_equals_per_entry() {
+    use aya::maps::{Map, MapData, PerCpuHashMap};
+    use observer::bpf::batch::{batch_percpu_hash, PERCPU_BATCH_BYTES};
+    use observer_common::maps::{ClassKey, ClassStats};
+    if !require_root("class_stats_batched_read_equals_per_entry") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let dev = LoopDev::new(64, "mq-deadline");
+    // Several classes (reads, sync writes, flushes, readahead), submitted from two CPUs.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
+    for cpu in (0..cpus).map(|c| c.to_string()) {
+        run_ok(Command::new("taskset").args([
+            "-c",
+            &cpu,
+            "fio",
+            "--name=classes",
+            &format!("--filename=/dev/{}", dev.name),
+            "--rw=randrw",
+            "--bs=4k",
+            "--direct=1",
+            "--fsync=4",
+            "--size=8m",
+            "--ioengine=psync",
+            "--output=/dev/null",
+        ]));
+        run_ok(Command::new("taskset").args([
+            "-c",
+            &cpu,
+            "dd",
+            &format!("if=/dev/{}", dev.name),
+            "of=/dev/null",
+            "bs=64k",
+            "count=64",
+            "status=none",
+        ]));
+    }
+    quiesce(&dev.name);
+    // The daemon's own map: the CLASS_STATS whose id one of its fds holds (other daemons may be
+    // running tests on this machine).
+    let ids: Vec<u32> = std::fs::read_dir(format!("/proc/{}/fdinfo", daemon.pid()))
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("map_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect();
+    let map: PerCpuHashMap<MapData, ClassKey, ClassStats> = ids
+        .iter()
+        .filter_map(|&id| MapData::from_id(id).ok())
+        .filter(|m| {
+            m.info()
+                .ok()
+                .and_then(|i| i.name_as_str().map(str::to_owned))
+                .as_deref()
+                == Some("CLASS_STATS")
+        })
+        .map(|m| PerCpuHashMap::try_from(Map::PerCpuHashMap(m)).unwrap())
+        .next()
+        .expect("the daemon's CLASS_STATS map");
+    fn bytes(v: &ClassStats) -> Vec<u8> {
+        // SAFETY: ClassStats is plain data (Pod): repr(C), only u64s.
+        unsafe {
+            std::slice::from_raw_parts(
+                (v as *const ClassStats).cast::<u8>(),
+                std::mem::size_of::<ClassStats>(),
+            )
+        }
+        .to_vec()
+    }
+    // Only the test device's entries: other disks (the machine's own) count meanwhile.
+    let mine = |v: Vec<(ClassKey, Vec<Vec<u8>>)>| {
+        let mut v: Vec<_> = v.into_iter().filter(|(k, _)| k.dev == dev.kdev()).collect();
+        v.sort_by_key(|(k, _)| *k);
+        v
+    };
+    let batched = |budget: usize| {
+        mine(
+            batch_percpu_hash(&map, budget, |_| Vec::new(), |v, s| v.push(bytes(s)))
+                .expect("BPF_MAP_LOOKUP_BATCH on a per-CPU hash map (Linux 5.6+)"),
+        )
+    };
+    let per_entry = || {
+        mine(
+            map.iter()
+                .map(Result::unwrap)
+                .map(|(k, v)| (k, v.iter().map(bytes).collect()))
+                .collect(),
+        )
+    };
+    // Equal reads before and after: nothing (udev's probe after the close) counted in between.
+    let (one, big, small) = (0..5)
+        .find_map(|_| {
+            let one = per_entry();
+            let big = batched(PERCPU_BATCH_BYTES);
+            let small = batched(1);
+            (per_entry() == one).then_some((one, big, small))
+        })
+        .expect("the test device's CLASS_STATS entries kept changing");
+    let cpus = aya::util::nr_cpus().unwrap();
+    assert!(
+        one.len() >= 3,
+        "too few classes on the test device: {}",
+        one.len()
+    );
+    assert!(one.iter().all(|(_, v)| v.len() == cpus));
+    let requests = |v: &[(ClassKey, Vec<Vec<u8>>)]| -> u64 {
+        v.iter()
+            .flat_map(|(_, cpus)| cpus.iter())
+            .map(|b| {
+                // SAFETY: b holds one ClassStats (bytes() above).
+                unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<ClassStats>()) }.requests
+            })
+            .sum()
+    };
+    assert!(requests(&one) > 0, "no requests counted on the test device");
+    assert!(
+        big == one,
+        "batched read (daemon's buffer) vs per-entry read of CLASS_STATS"
+    );
+    assert!(
+        small == one,
+        "batched read (growing buffer) vs per-entry read of CLASS_STATS"
+    );
+    drop(daemon);
+}

@@ -1,7 +1,7 @@
 //! A point-in-time read of the kernel maps, summed over CPUs and keyed by device name: the one
 //! place where userspace turns raw map contents into domain values.
 
-use std::collections::BTreeMap;
+use std::collections::{btree_map::Entry, BTreeMap};
 
 use observer_common::{
     class::Class,
@@ -12,7 +12,10 @@ use observer_common::{
 
 use super::reaper::Reaped;
 use crate::{
-    bpf::{batch::read_inflight, maps::KernelMaps},
+    bpf::{
+        batch::{read_inflight, read_percpu_hash},
+        maps::KernelMaps,
+    },
     config::DeviceFilter,
     labels::device_name,
     time::monotonic_ns,
@@ -75,6 +78,23 @@ impl ClassTotals {
             slow: 0,
             untracked: 0,
         }
+    }
+
+    /// Adds another (device, class)'s totals (two device numbers with one name).
+    fn merge(&mut self, o: &ClassTotals) {
+        for (dst, src) in self.stages.iter_mut().zip(o.stages.iter()) {
+            dst.sum_ns += src.sum_ns;
+            for (d, s) in dst.buckets.iter_mut().zip(src.buckets.iter()) {
+                *d += s;
+            }
+        }
+        self.requests += o.requests;
+        self.bytes += o.bytes;
+        self.merges += o.merges;
+        self.requeues += o.requeues;
+        self.lost += o.lost;
+        self.slow += o.slow;
+        self.untracked += o.untracked;
     }
 
     fn add(&mut self, v: &ClassStats) {
@@ -176,21 +196,29 @@ impl Snapshot {
     }
 
     /// Sums `CLASS_STATS` over CPUs per (device, class); returns the number of map entries.
+    /// One batched read of the whole map ([`read_percpu_hash`]), summed as it is read.
     fn add_class_stats(&mut self, maps: &KernelMaps, names: &mut DeviceNames) -> u64 {
-        let mut entries = 0;
-        for (key, values) in maps.class_stats.iter().flatten() {
-            entries += 1;
-            let Some(dev) = names.get(key.dev) else {
+        let read = read_percpu_hash(
+            &maps.class_stats,
+            |key| names.get(key.dev).map(|dev| (dev, ClassTotals::new())),
+            |t, v| {
+                if let Some((_, t)) = t {
+                    t.add(v);
+                }
+            },
+        );
+        let entries = read.len() as u64;
+        for (key, t) in read {
+            let Some((dev, t)) = t else {
                 continue;
             };
-            let t = self
-                .classes
-                .entry((dev.clone(), Class(key.class)))
-                .or_insert_with(ClassTotals::new);
-            for v in values.iter() {
-                t.add(v);
+            self.inflight.entry(dev.clone()).or_default();
+            match self.classes.entry((dev, Class(key.class))) {
+                Entry::Vacant(e) => {
+                    e.insert(t);
+                }
+                Entry::Occupied(mut e) => e.get_mut().merge(&t),
             }
-            self.inflight.entry(dev).or_default();
         }
         entries
     }
@@ -235,16 +263,16 @@ impl Snapshot {
         entries
     }
 
-    /// Sums `ERRORS` over CPUs per (device, class, status).
+    /// Sums `ERRORS` over CPUs per (device, class, status), in one batched read.
     fn add_errors(&mut self, maps: &KernelMaps, names: &mut DeviceNames) {
-        for (key, values) in maps.errors.iter().flatten() {
+        for (key, n) in read_percpu_hash(&maps.errors, |_| 0u64, |n, v| *n += v) {
             let Some(dev) = names.get(key.dev) else {
                 continue;
             };
             *self
                 .errors
                 .entry((dev, Class(key.class), key.status))
-                .or_default() += values.iter().sum::<u64>();
+                .or_default() += n;
         }
     }
 }
