@@ -112,9 +112,18 @@ impl InflightMaps {
 /// Every (request pointer, entry) the programs keep, live and free, from both maps. Falls back
 /// to per-entry reads if the kernel refuses batch lookups.
 pub fn read_inflight(maps: &InflightMaps) -> Vec<(u64, Inflight)> {
-    let mut out: Vec<(u64, Inflight)> = maps.view.read();
-    out.extend(read_hash(&maps.hash));
+    let mut out = Vec::new();
+    for_each_inflight(maps, |rq, e| out.push((rq, e)));
     out
+}
+
+/// Calls `f` with every (request pointer, entry) of [`read_inflight`], the slots read in
+/// place (no copy of the array).
+pub fn for_each_inflight(maps: &InflightMaps, mut f: impl FnMut(u64, Inflight)) {
+    maps.view.for_each(&mut f);
+    for (rq, e) in read_hash(&maps.hash) {
+        f(rq, e);
+    }
 }
 
 /// A read-only view of a slot array (`INFLIGHT_SLOTS`, `BIO_SLOTS`: created with
@@ -162,25 +171,31 @@ impl<V: Pod + Default> SlotView<V> {
 
     /// The claimed slots, as (owner address, value).
     pub fn read(&self) -> Vec<(u64, V)> {
+        let mut out = Vec::new();
+        self.for_each(|key, v| out.push((key, v)));
+        out
+    }
+
+    /// Calls `f` with (owner address, value) of every claimed slot, read in place: the scrape
+    /// counts live requests without copying the 16384-slot array (1.5 MiB) out first.
+    pub fn for_each(&self, mut f: impl FnMut(u64, V)) {
         if self.base.is_null() {
-            return batch::<u32, Slot<V>>(self.fd.as_raw_fd())
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(_, s)| s.key != 0)
-                .map(|(_, s)| (s.key, s.value))
-                .collect();
+            for (_, s) in batch::<u32, Slot<V>>(self.fd.as_raw_fd()).unwrap_or_default() {
+                if s.key != 0 {
+                    f(s.key, s.value);
+                }
+            }
+            return;
         }
-        (0..SLOTS as usize)
-            .filter_map(|i| {
-                // SAFETY: i < SLOTS, inside the mapping; a volatile read of plain data.
-                let key =
-                    unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.base.add(i)).key)) };
-                (key != 0).then(|| {
-                    let s = unsafe { std::ptr::read_volatile(self.base.add(i)) };
-                    (s.key, s.value)
-                })
-            })
-            .collect()
+        for i in 0..SLOTS as usize {
+            // SAFETY: i < SLOTS, inside the mapping; volatile reads of plain data.
+            let key =
+                unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.base.add(i)).key)) };
+            if key != 0 {
+                let s = unsafe { std::ptr::read_volatile(self.base.add(i)) };
+                f(s.key, s.value);
+            }
+        }
     }
 }
 
@@ -222,8 +237,13 @@ fn map_fd(m: &MapData) -> RawFd {
 /// are the map's own types (per-CPU maps are not supported here).
 fn batch<K: Pod + Default, V: Pod + Default>(fd: RawFd) -> Option<Vec<(K, V)>> {
     let mut out = Vec::new();
-    let mut keys = vec![K::default(); BATCH];
-    let mut values = vec![V::default(); BATCH];
+    // Each buffer below the daemon's mmap threshold (see PERCPU_BATCH_BYTES): 4096 `Inflight`
+    // values (320 KiB) were a fresh mapping per call, and its page faults ≈ 14 % of the
+    // daemon's CPU under scrape load (perf).
+    let count = (PERCPU_BATCH_BYTES / std::mem::size_of::<K>().max(std::mem::size_of::<V>()))
+        .clamp(1, BATCH);
+    let mut keys = vec![K::default(); count];
+    let mut values = vec![V::default(); count];
     // Hash maps and arrays both use a u32 cursor for in_batch/out_batch (a bucket index, an
     // array index).
     let mut cursor: u32 = 0;
@@ -239,11 +259,11 @@ fn batch<K: Pod + Default, V: Pod + Default>(fd: RawFd) -> Option<Vec<(K, V)>> {
             out_batch: &mut next as *mut u32 as u64,
             keys: keys.as_mut_ptr() as u64,
             values: values.as_mut_ptr() as u64,
-            count: BATCH as u32,
+            count: count as u32,
             map_fd: fd as u32,
             ..Default::default()
         };
-        // SAFETY: attr points to valid buffers of BATCH keys and values, sized as the map's.
+        // SAFETY: attr points to valid buffers of `count` keys and values, sized as the map's.
         let ret = unsafe {
             libc::syscall(
                 libc::SYS_bpf,

@@ -13,7 +13,7 @@ use observer_common::{
 use super::reaper::Reaped;
 use crate::{
     bpf::{
-        batch::{read_inflight, read_percpu_hash},
+        batch::{for_each_inflight, read_percpu_hash},
         maps::KernelMaps,
     },
     config::DeviceFilter,
@@ -243,13 +243,13 @@ impl Snapshot {
     fn add_inflight(&mut self, maps: &KernelMaps, names: &mut DeviceNames) -> u64 {
         let mut entries = 0;
         let now = monotonic_ns();
-        for (_, e) in read_inflight(&maps.inflight) {
+        for_each_inflight(&maps.inflight, |_, e| {
             entries += 1;
             if !e.is_live() {
-                continue;
+                return;
             }
             let Some(dev) = names.get(e.dev) else {
-                continue;
+                return;
             };
             let c = self.inflight.entry(dev).or_default();
             if e.at_device() {
@@ -259,7 +259,7 @@ impl Snapshot {
                 c.queue += 1;
                 c.oldest_queue_ns = c.oldest_queue_ns.max(now.saturating_sub(e.enter_ns));
             }
-        }
+        });
         entries
     }
 
