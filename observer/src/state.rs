@@ -99,6 +99,9 @@ pub struct AppState {
     /// The attached programs (their run counters are read at each scrape). Taken and dropped at
     /// shutdown, which detaches them.
     pub programs: Mutex<Option<Probes>>,
+    /// The reaper's request-state probe (also held by [`AppState::reaper`]), for its run
+    /// counters; `None` where the kernel refused it.
+    pub request_probe: Option<Arc<crate::bpf::reqstate::RequestProbe>>,
 }
 
 impl AppState {
@@ -112,7 +115,10 @@ impl AppState {
             .as_ref()
             .map(Probes::program_runs)
             .unwrap_or_default();
-        runs.extend(self.reaper.lock().expect("reaper lock").program_runs());
+        // Not through the reaper's lock: a scrape would wait for a whole reaper pass.
+        if let Some(p) = &self.request_probe {
+            runs.extend(p.program_runs());
+        }
         crate::bpf::progstats::exported(runs, crate::bpf::progstats::stats_enabled())
     }
 }

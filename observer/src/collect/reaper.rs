@@ -39,7 +39,7 @@ pub struct Reaped(pub Mutex<BTreeMap<ClassKey, u64>>);
 
 /// The reaper's state between passes.
 pub struct Reaper {
-    probe: Option<RequestProbe>,
+    probe: Option<std::sync::Arc<RequestProbe>>,
     /// Entries found not in flight on the last pass: request pointer → (enter_ns, dispatch_ns)
     /// of the entry then.
     suspects: StdHashMap<u64, (u64, u64)>,
@@ -48,17 +48,10 @@ pub struct Reaper {
 }
 
 impl Reaper {
-    /// Run count and run time of the request-state probe's program (none without a probe).
-    pub fn program_runs(&self) -> Vec<crate::bpf::progstats::ProgramRun> {
-        self.probe
-            .as_ref()
-            .map(RequestProbe::program_runs)
-            .unwrap_or_default()
-    }
-
     /// A reaper asking `probe`; without one it retires nothing (entries then wait for their
-    /// struct's reuse).
-    pub fn new(probe: Option<RequestProbe>) -> Reaper {
+    /// struct's reuse). The probe is shared: the scrape reads its program's run counters
+    /// without waiting for a reaper pass.
+    pub fn new(probe: Option<std::sync::Arc<RequestProbe>>) -> Reaper {
         Reaper {
             probe,
             suspects: StdHashMap::new(),

@@ -68,6 +68,7 @@ where
     // Give every disk its slot before anything else: requests entering a disk without one
     // lack log classification and stall detection (bpf/devslots.rs).
     maps.dev_slots.lock().expect("dev slots lock").rescan();
+    let request_probe = probes.request_probe.take().map(Arc::new);
     let state = Arc::new(AppState {
         maps,
         runtime: RwLock::new(ReloadableSettings {
@@ -78,7 +79,8 @@ where
         }),
         info: probes.info.clone(),
         reaped: Reaped::default(),
-        reaper: Mutex::new(Reaper::new(probes.request_probe.take())),
+        reaper: Mutex::new(Reaper::new(request_probe.clone())),
+        request_probe,
         history: Mutex::new(History::new(
             cfg.stalls.history_requests,
             cfg.stalls.history_episodes,
