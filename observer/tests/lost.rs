@@ -32,8 +32,8 @@ fn every_lost_completion_is_one_the_kernel_ran_no_bpf_for() {
     let daemon = Daemon::start(&[]);
     quiesce(&raw.name);
     quiesce(&fsdev.name);
-    let before = daemon.scrape();
-    let d0 = (diskstats(&raw.name), diskstats(&fsdev.name));
+    let (before, d0) = scrape_between_equal_diskstats(&daemon, &[&raw, &fsdev]);
+    let d0 = (d0[0], d0[1]);
     let pid1 = Pid1Completions::start(&[raw.kdev(), fsdev.kdev()]);
 
     let dir = m.dir.clone();
@@ -59,8 +59,8 @@ fn every_lost_completion_is_one_the_kernel_ran_no_bpf_for() {
     // more than 1 s after its dispatch.
     thread::sleep(Duration::from_millis(4000));
     let hidden = pid1.stop();
-    let after = daemon.scrape();
-    let d1 = (diskstats(&raw.name), diskstats(&fsdev.name));
+    let (after, d1) = scrape_between_equal_diskstats(&daemon, &[&raw, &fsdev]);
+    let d1 = (d1[0], d1[1]);
 
     let fio_ios = fio_out["jobs"][0]["read"]["total_ios"].as_u64().unwrap()
         + fio_out["jobs"][0]["write"]["total_ios"].as_u64().unwrap();

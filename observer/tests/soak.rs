@@ -100,29 +100,6 @@ fn every(
     })
 }
 
-/// A scrape with the survivors' /proc/diskstats read just before and just after it, retried
-/// until both reads agree on every completed count: the witness and the scrape then describe
-/// the same instant. (Read in sequence, a few reads that udev or the filesystem issued between
-/// the scrape and the diskstats read counted on one side only: +4 reads once in CI's run,
-/// −2 writes and −2 flushes once under heavy load.) Fails after 10 s of disagreement.
-fn scrape_between_equal_diskstats(daemon: &Daemon, devs: &[&LoopDev]) -> (Metrics, Vec<DiskStats>) {
-    let done = |d: &DiskStats| (d.reads, d.writes, d.flushes, d.discards);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let a: Vec<DiskStats> = devs.iter().map(|d| diskstats(&d.name)).collect();
-        let m = daemon.scrape();
-        let b: Vec<DiskStats> = devs.iter().map(|d| diskstats(&d.name)).collect();
-        if a.iter().map(done).eq(b.iter().map(done)) {
-            return (m, b);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the survivors' diskstats kept changing around every scrape for 10 s"
-        );
-        thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn soak_under_load_churn_reloads_and_scrapes() {
     if !require_root_and(&["fio", "mkfs.xfs", "mkfs.ext4", "bpftool", "sfdisk"]) {
