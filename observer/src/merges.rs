@@ -186,7 +186,7 @@ pub fn report(
 }
 
 fn hhmmss(rfc: &str) -> &str {
-    rfc.get(11..26).unwrap_or(rfc)
+    rfc.get(11..23).unwrap_or(rfc)
 }
 
 fn gap(ns: u64) -> String {
@@ -248,13 +248,13 @@ pub fn render_text(r: &MergeReport) -> String {
     }
     let _ = writeln!(
         o,
-        "{:<16} {:<10} {:>10} {:<6} {:>12} {:>6} {:<16} {:<6} {:>12} {:>6}",
+        "{:<12} {:<10} {:>10} {:<6} {:>12} {:>6} {:<12} {:<6} {:>12} {:>6}",
         "TIME", "DEVICE", "GAP", "RWBS", "SECTOR", "LEN", "FIRST TIME", "RWBS", "SECTOR", "LEN"
     );
     for p in &r.pairs {
         let _ = writeln!(
             o,
-            "{:<16} {:<10} {:>10} {:<6} {:>12} {:>6} {:<16} {:<6} {:>12} {:>6}",
+            "{:<12} {:<10} {:>10} {:<6} {:>12} {:>6} {:<12} {:<6} {:>12} {:>6}",
             hhmmss(&p.second.time),
             p.device,
             gap(p.gap_ns),
