@@ -3,13 +3,15 @@
 //!
 //! Everything that both sides must agree on lives here exactly once: the map layouts
 //! ([`maps`]), the kernel struct layout handed to the programs ([`layout`]), the I/O class
-//! encoding ([`class`]) and the histogram bucket math ([`hist`]).
+//! encoding ([`class`]), the histogram bucket math ([`hist`]) and the merge analysis
+//! ([`merges`]: size and merged-bios buckets, the missed-merge rule).
 #![cfg_attr(not(test), no_std)]
 
 pub mod class;
 pub mod hist;
 pub mod layout;
 pub mod maps;
+pub mod merges;
 
 /// Stages of a request's life, named after btt's.
 ///

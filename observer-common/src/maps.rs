@@ -13,6 +13,8 @@
 //! | `DEV_INDEX` | hash, [`DEV_SLOTS`] entries | disk as [`mkdev`] (u32) | its slot (u32, 1 ≤ slot < [`DEV_SLOTS`]; written by the daemon only) |
 //! | `DEVSTATE` | array of [`DEV_SLOTS`], index = slot | [`DevState`] (`dev` written by the daemon) |
 //! | `LOG_RANGES` | array of [`DEV_SLOTS`], index = slot | [`LogRanges`] (written by the daemon only) |
+//! | `MERGE_PAIRS` | per-CPU array of [`MERGE_PAIRS_PER_CPU`], index = cursor mod size | [`MissedMerge`]: each CPU's latest missed adjacent merges |
+//! | `MERGE_CURSOR` | per-CPU array, 1 entry | u64: pairs written to `MERGE_PAIRS` on that CPU, ever |
 //!
 //! **Per-device slots.** The daemon gives every disk it sees (with media, in `/sys/block`) its
 //! own slot of the per-device arrays and publishes it in `DEV_INDEX`: no two disks ever share
@@ -22,7 +24,7 @@
 //! The lookup goes through a small per-CPU cache (`SLOT_CACHE`, validated against
 //! `LOG_RANGES[slot].dev`), so most requests find their slot with array lookups only.
 
-use crate::{hist::NBUCKETS, Stage};
+use crate::{hist::NBUCKETS, merges::DispatchHist, Stage};
 
 /// `SETTINGS`: array of one [`Settings`], written by the daemon.
 pub const SETTINGS: &str = "SETTINGS";
@@ -98,7 +100,8 @@ pub struct Inflight {
     pub requeued: u8,
     /// First sector (512 B) at entry.
     pub sector: u64,
-    /// Size at entry (bytes); grows if bios merge in later.
+    /// Size (bytes, `request::__data_len`) at entry, replaced by the size at the first
+    /// dispatch (after every merge into it).
     pub size: u32,
     /// Submitter's process id (tgid), captured at entry in the submitting task (0 for the
     /// flush request, which the block layer issues itself).
@@ -111,8 +114,14 @@ pub struct Inflight {
     /// `DEV_INDEX` once, at entry (the flush request: at dispatch); [`NO_SLOT`] if the disk
     /// had none then.
     pub slot: u32,
+    /// Bios in the request at its first dispatch (1 ..= [`crate::merges::MAX_BIOS`], or one
+    /// more: more than that); 0 until then, and always for the flush request (no bios).
+    pub bios: u16,
+    /// 1 if its first dispatch was a missed adjacent merge
+    /// ([`crate::merges::is_missed_merge`]), else 0.
+    pub missed: u8,
     /// Always 0.
-    pub _pad: u32,
+    pub _pad: u8,
 }
 
 impl Inflight {
@@ -287,6 +296,9 @@ pub struct ClassStats {
     /// Final completions of requests never seen entering (in flight before the programs were
     /// attached): not in `requests`, no latency. Classified by the flags at completion.
     pub untracked: u64,
+    /// Size, merged bios and missed merges at the first dispatch of the requests counted in
+    /// `requests` (lost ones included) that were dispatched with bios.
+    pub dispatch: DispatchHist,
 }
 
 impl ClassStats {
@@ -304,6 +316,7 @@ impl ClassStats {
         last_complete_ns: 0,
         lost: 0,
         untracked: 0,
+        dispatch: DispatchHist::ZERO,
     };
 }
 
@@ -332,6 +345,9 @@ pub struct Settings {
     /// A stall episode is reported when a device goes longer than this (ns) without completing
     /// (or dispatching) while it has requests outstanding (or queued).
     pub stall_ns: u64,
+    /// Missed adjacent merges: the most time (ns) between two dispatches on a device for the
+    /// second to count as one ([`crate::merges::is_missed_merge`]); 0 disables the check.
+    pub merge_window_ns: u64,
 }
 
 /// Per-device state in `DEVSTATE`, shared by all CPUs (updated with plain stores: the latest
@@ -349,6 +365,49 @@ pub struct DevState {
     pub last_complete_ns: u64,
     /// Latest dispatch on the device (ns).
     pub last_dispatch_ns: u64,
+    /// First sector (512 B) of the request dispatched at `last_dispatch_ns`.
+    pub last_sector: u64,
+    /// Its length in 512-byte sectors (`__data_len >> 9`; 0 for the flush request).
+    pub last_sectors: u32,
+    /// Its class (see [`crate::class`]).
+    pub last_class: u16,
+    /// Always 0.
+    pub _pad2: u16,
+}
+
+/// `MERGE_PAIRS`: per-CPU array of [`MERGE_PAIRS_PER_CPU`] [`MissedMerge`], each CPU's ring of
+/// its latest missed adjacent merges (written at `MERGE_CURSOR % MERGE_PAIRS_PER_CPU`).
+pub const MERGE_PAIRS: &str = "MERGE_PAIRS";
+/// `MERGE_CURSOR`: per-CPU array of one u64, the pairs each CPU has written, ever.
+pub const MERGE_CURSOR: &str = "MERGE_CURSOR";
+/// Entries per CPU of `MERGE_PAIRS`.
+pub const MERGE_PAIRS_PER_CPU: u32 = 64;
+
+/// A missed adjacent merge: request `second` was dispatched on `dev` right after request
+/// `first`, with the same op, starting at the sector where `first` ended, within the window
+/// ([`Settings::merge_window_ns`]). Sectors are 512-byte units of the whole disk, times
+/// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC, ns) of each request's dispatch (block_rq_issue).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MissedMerge {
+    /// Disk, as [`mkdev`]; 0 for an entry never written.
+    pub dev: u32,
+    /// Class of the second request (see [`crate::class`]).
+    pub class: u16,
+    /// Class of the first request.
+    pub first_class: u16,
+    /// First sector of the second request.
+    pub sector: u64,
+    /// First sector of the first request (`first_sector + first_sectors == sector`).
+    pub first_sector: u64,
+    /// Length of the second request (sectors).
+    pub sectors: u32,
+    /// Length of the first request (sectors).
+    pub first_sectors: u32,
+    /// Dispatch of the second request (ns).
+    pub dispatch_ns: u64,
+    /// Dispatch of the first request (ns).
+    pub first_dispatch_ns: u64,
 }
 
 /// `EVENTS` ring buffer record kinds ([`SlowEvent::kind`], [`StallEvent::kind`]).
@@ -486,6 +545,7 @@ mod pod {
     unsafe impl aya::Pod for super::ErrorKey {}
     unsafe impl aya::Pod for super::Settings {}
     unsafe impl aya::Pod for super::DevState {}
+    unsafe impl aya::Pod for super::MissedMerge {}
     // Two u64 then the value: no padding for values whose size is a multiple of 8, as every
     // slot value's is (`slot_values_have_no_padding`).
     unsafe impl<V: aya::Pod> aya::Pod for super::Slot<V> {}
@@ -502,6 +562,9 @@ mod tests {
         assert_eq!(core::mem::size_of::<Inflight>(), 80);
         assert_eq!(core::mem::offset_of!(Inflight, slot), 72);
         assert_eq!(core::mem::size_of::<SlowEvent>(), 104);
+        assert_eq!(core::mem::offset_of!(Inflight, bios), 76);
+        assert_eq!(core::mem::size_of::<MissedMerge>(), 48);
+        assert_eq!(core::mem::size_of::<DevState>(), 40);
     }
 
     #[test]

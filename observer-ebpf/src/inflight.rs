@@ -110,7 +110,7 @@ pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
             if !replace {
                 return None;
             }
-            lost(old.dev, old.class);
+            lost(old);
         }
         return Some(p);
     }
@@ -126,14 +126,15 @@ pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
     INFLIGHT.get_ptr_mut(&rq)
 }
 
-/// A request that completed without its completion reaching us: counted, no latency.
+/// A request that completed without its completion reaching us: counted, no latency; its
+/// size, bios and missed merge at dispatch (if it was dispatched) are counted.
 #[inline(always)]
-pub fn lost(dev: u32, class: u16) {
-    if let Some(s) = stats(dev, class) {
-        unsafe {
-            (*s).requests += 1;
-            (*s).lost += 1;
-        }
+pub fn lost(e: &Inflight) {
+    if let Some(s) = stats(e.dev, e.class) {
+        let s = unsafe { &mut *s };
+        s.requests += 1;
+        s.lost += 1;
+        s.dispatch.record(e.size, e.bios, e.missed);
     }
 }
 

@@ -17,6 +17,7 @@
 
 mod inflight;
 mod maps;
+mod merge;
 mod probes;
 mod stall;
 

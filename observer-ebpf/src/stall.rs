@@ -42,13 +42,24 @@ fn maybe_stall(dev: u32, kind: u32, class: u16, start_ns: u64, now: u64) {
 }
 
 /// A dispatch on `dev` (at `slot`) of a request that entered at `enter_ns` (0: the flush
-/// request). Ends a dispatch stall: requests were queued and none was dispatched since
-/// max(last dispatch, entry).
+/// request), starting at `sector` (512 B), `sectors` long. Ends a dispatch stall: requests were
+/// queued and none was dispatched since max(last dispatch, entry). Returns whether it is a
+/// missed adjacent merge after the device's previous dispatch ([`crate::merge::dispatched`];
+/// false on a disk without a slot).
 #[inline(always)]
-pub fn dispatched(dev: u32, slot: u32, class: u16, enter_ns: u64, now: u64) {
+pub fn dispatched(
+    dev: u32,
+    slot: u32,
+    class: u16,
+    enter_ns: u64,
+    now: u64,
+    sector: u64,
+    sectors: u32,
+) -> bool {
     let Some(ds) = devstate(dev, slot) else {
-        return;
+        return false;
     };
+    let missed = crate::merge::dispatched(ds, class, sector, sectors, now);
     if enter_ns != 0 {
         maybe_stall(
             dev,
@@ -59,6 +70,7 @@ pub fn dispatched(dev: u32, slot: u32, class: u16, enter_ns: u64, now: u64) {
         );
     }
     ds.last_dispatch_ns = now;
+    missed
 }
 
 /// A completion on `dev` (at `slot`) of a request dispatched at `dispatch_ns`. Ends a device

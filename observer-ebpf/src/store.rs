@@ -18,7 +18,7 @@ pub unsafe fn put<T>(p: *mut T, v: T) {
     core::ptr::write_volatile(p, v)
 }
 
-/// Fills an [`Inflight`] (a map value) field by field; submitter fields zero. `slot` is the
+/// Fills an [`Inflight`] (a map value) field by field; submitter and dispatch fields zero. `slot` is the
 /// disk's slot in the per-device arrays (`NO_SLOT` if none).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -47,6 +47,8 @@ pub unsafe fn fill(
     put(comm, 0);
     put(comm.add(1), 0);
     put(addr_of_mut!((*e).slot), slot);
+    put(addr_of_mut!((*e).bios), 0);
+    put(addr_of_mut!((*e).missed), 0);
     put(addr_of_mut!((*e)._pad), 0);
 }
 

@@ -64,7 +64,8 @@ pub struct ReloadableSettings {
     pub filter: DeviceFilter,
     /// Exported histogram bucket bounds (`[histogram]`).
     pub buckets: BucketMap,
-    /// Slow and stall thresholds (`[stalls]`; also in the kernel's `SETTINGS` map).
+    /// Slow and stall thresholds (`[stalls]`) and the missed-merge window (`[merges]`), as in
+    /// the kernel's `SETTINGS` map.
     pub settings: Settings,
     /// How long a disk that went away keeps its series (`[devices] forget_after`).
     pub forget_after: std::time::Duration,

@@ -510,6 +510,8 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         "/inflight".to_string(),
         "/stalls".to_string(),
         "/stalls?format=json".to_string(),
+        "/merges".to_string(),
+        "/merges?format=json".to_string(),
         "/histograms".to_string(),
         format!("/histograms?device={}&since=5m", dev.name),
         "/openapi.yaml".to_string(),

@@ -69,6 +69,7 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
     s.requests += 1;
     s.bytes += e.bytes;
     s.requeues += e.requeues as u64;
+    s.dispatch.record(e.size, e.bios, e.missed);
     if (e.dispatch_ns != 0 && (e.dispatch_ns < e.enter_ns || now < e.dispatch_ns))
         || now < e.enter_ns
     {

@@ -1,13 +1,16 @@
-//! `block_rq_issue(struct request *rq)`: dispatch to the driver (blk_mq_start_request).
+//! `block_rq_issue(struct request *rq)`: dispatch to the driver (blk_mq_start_request). At a
+//! request's first dispatch its size and bios are final (observer_common::merges): they are
+//! kept in its entry, and it is checked for a missed adjacent merge (merge.rs).
 use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
     class::Op,
+    layout::KernelLayout,
     maps::{Counter, Inflight},
 };
 use observer_ebpf::{
     arg,
-    kernel::{is_flush, rq_dev},
-    layout, programs,
+    kernel::{bio_count, is_flush, rq_dev},
+    layout, programs, read,
     store::fill,
 };
 
@@ -23,35 +26,51 @@ fn on_issue(c: &impl EbpfContext, i: usize) {
     let now = unsafe { bpf_ktime_get_ns() };
     let l = layout();
     if let Some(e) = live(rq) {
-        if redispatch(e, now) {
+        if redispatch(e, rq, &l, now) {
             return;
         }
     }
     if is_flush(rq, &l) {
-        // The shared per-hctx flush request (block/blk-flush.c): never "enters"; device stage only.
+        // The shared per-hctx flush request (block/blk-flush.c): never "enters"; device stage
+        // only. No data: it ends any run of adjacent dispatches.
         let Some(e) = slot(rq, true) else { return };
         let dev = rq_dev(rq, &l);
         let slot = dev_slot(dev);
         unsafe { fill(e, 0, now, dev, slot, Op::Flush as u16, 0, 0) };
-        dispatched(dev, slot, Op::Flush as u16, 0, now);
+        dispatched(dev, slot, Op::Flush as u16, 0, now, 0, 0);
     } else if l.enter_fallback != 0 {
         // Directly issued without insert on a kernel without block_io_start: queue time is 0.
         enter(rq, now, now, false, &l);
+        if let Some(e) = live(rq) {
+            first_dispatch(e, rq, &l, now);
+        }
     }
+}
+
+/// The first dispatch of a tracked request: its size (`__data_len`) and bios now go into its
+/// entry, and the device's dispatch state (stalls, missed merges) is updated.
+#[inline(always)]
+fn first_dispatch(e: &mut Inflight, rq: u64, l: &KernelLayout, now: u64) {
+    let bytes: u32 = read(rq, l.rq_data_len);
+    let sector: u64 = read(rq, l.rq_sector);
+    e.size = bytes;
+    e.bios = bio_count(rq, l);
+    let missed = dispatched(e.dev, e.slot, e.class, e.enter_ns, now, sector, bytes >> 9);
+    e.missed = missed as u8;
 }
 
 /// Dispatch of a tracked request; false if the entry was stale and freed (then the request is
 /// handled as a new one).
 #[inline(always)]
-fn redispatch(e: &mut Inflight, now: u64) -> bool {
+fn redispatch(e: &mut Inflight, rq: u64, l: &KernelLayout, now: u64) -> bool {
     if e.dispatch_ns == 0 {
         e.dispatch_ns = now;
-        dispatched(e.dev, e.slot, e.class, e.enter_ns, now);
+        first_dispatch(e, rq, l, now);
         return true;
     }
     if e.requeued != 0 {
         // Re-dispatch after a requeue: the first dispatch stays (device time includes the
-        // requeue), the requeue was counted.
+        // requeue), the requeue was counted; so do its size, bios and merge check.
         e.requeued = 0;
         return true;
     }
@@ -59,7 +78,7 @@ fn redispatch(e: &mut Inflight, now: u64) -> bool {
     // completion we missed (typically the shared flush request). Count that request as
     // completed with its latency lost; never let the stale timestamps produce a latency.
     count(Counter::StaleEntries);
-    lost(e.dev, e.class);
+    lost(e);
     free(e);
     false
 }

@@ -10,8 +10,8 @@ use aya::{
     Ebpf,
 };
 use observer_common::maps::{
-    self as m, BioQueued, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges, Settings,
-    Slot,
+    self as m, BioQueued, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges,
+    MissedMerge, Settings, Slot,
 };
 
 use super::{
@@ -48,6 +48,10 @@ pub struct KernelMaps {
     /// Second handles on `CLASS_STATS` and `ERRORS` that delete the entries of disks gone
     /// for `[devices] forget_after`.
     pub gone: Mutex<GoneDevices>,
+    /// `MERGE_PAIRS`: each CPU's ring of its latest missed adjacent merges (read only).
+    pub merge_pairs: PerCpuArray<MapData, MissedMerge>,
+    /// `MERGE_CURSOR`: pairs each CPU has written to its ring, ever (read only).
+    pub merge_cursor: PerCpuArray<MapData, u64>,
     /// Capacity of `INFLIGHT` (entries).
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
@@ -138,6 +142,10 @@ impl KernelMaps {
             )),
             bio_queued: HashMap::try_from(take(m::BIO_QUEUED)?).map_err(conv(m::BIO_QUEUED))?,
             bio_slots: bio_view,
+            merge_pairs: PerCpuArray::try_from(take(m::MERGE_PAIRS)?)
+                .map_err(conv(m::MERGE_PAIRS))?,
+            merge_cursor: PerCpuArray::try_from(take(m::MERGE_CURSOR)?)
+                .map_err(conv(m::MERGE_CURSOR))?,
             inflight_capacity,
             class_stats_capacity,
         })

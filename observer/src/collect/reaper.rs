@@ -19,7 +19,7 @@ use std::{
     sync::Mutex,
 };
 
-use observer_common::maps::ClassKey;
+use observer_common::{maps::ClassKey, merges::DispatchHist};
 
 use crate::{
     bpf::{
@@ -35,7 +35,16 @@ pub const MIN_AGE_NS: u64 = 1_000_000_000;
 /// Requests retired by the reaper, per (device, class) key: they count as completed requests
 /// with their latency lost (`blkobs_lost_completions_total`).
 #[derive(Default)]
-pub struct Reaped(pub Mutex<BTreeMap<ClassKey, u64>>);
+pub struct Reaped(pub Mutex<BTreeMap<ClassKey, ReapedCounts>>);
+
+/// What the reaper retired for one (device, class).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReapedCounts {
+    /// Requests retired.
+    pub requests: u64,
+    /// Their size, bios and missed merges at their first dispatch (all were dispatched).
+    pub dispatch: DispatchHist,
+}
 
 /// The reaper's state between passes.
 pub struct Reaper {
@@ -120,16 +129,16 @@ impl Reaper {
                 _ => continue,
             };
             if inflight.retire(rq, place, &e).is_ok() {
-                *reaped
-                    .0
-                    .lock()
-                    .expect("reaper lock")
+                let mut reaped = reaped.0.lock().expect("reaper lock");
+                let r = reaped
                     .entry(ClassKey {
                         dev: e.dev,
                         class: e.class,
                         _pad: 0,
                     })
-                    .or_default() += 1;
+                    .or_default();
+                r.requests += 1;
+                r.dispatch.record(e.size, e.bios, e.missed);
                 n += 1;
             }
         }

@@ -7,6 +7,7 @@ use observer_common::{
     class::Class,
     hist::NBUCKETS,
     maps::{ClassStats, Counter},
+    merges::DispatchHist,
     Stage,
 };
 
@@ -63,6 +64,9 @@ pub struct ClassTotals {
     pub slow: u64,
     /// Final completions of requests never seen entering: not in `requests`, no latency.
     pub untracked: u64,
+    /// Size, merged bios and missed merges at first dispatch (see
+    /// [`observer_common::merges`]).
+    pub dispatch: DispatchHist,
 }
 
 impl ClassTotals {
@@ -77,6 +81,7 @@ impl ClassTotals {
             lost: 0,
             slow: 0,
             untracked: 0,
+            dispatch: DispatchHist::ZERO,
         }
     }
 
@@ -95,6 +100,7 @@ impl ClassTotals {
         self.lost += o.lost;
         self.slow += o.slow;
         self.untracked += o.untracked;
+        self.dispatch.add(&o.dispatch);
     }
 
     fn add(&mut self, v: &ClassStats) {
@@ -111,6 +117,7 @@ impl ClassTotals {
         self.lost += v.lost;
         self.slow += v.slow;
         self.untracked += v.untracked;
+        self.dispatch.add(&v.dispatch);
     }
 }
 
@@ -225,7 +232,7 @@ impl Snapshot {
 
     /// Counts the reaper's retired requests as completed, with their latency lost.
     fn add_reaped(&mut self, reaped: &Reaped, names: &mut DeviceNames) {
-        for (key, n) in reaped.0.lock().expect("reaper lock").iter() {
+        for (key, r) in reaped.0.lock().expect("reaper lock").iter() {
             let Some(dev) = names.get(key.dev) else {
                 continue;
             };
@@ -233,8 +240,9 @@ impl Snapshot {
                 .classes
                 .entry((dev, Class(key.class)))
                 .or_insert_with(ClassTotals::new);
-            t.requests += n;
-            t.lost += n;
+            t.requests += r.requests;
+            t.lost += r.requests;
+            t.dispatch.add(&r.dispatch);
         }
     }
 

@@ -19,6 +19,9 @@
 //! slow_default = { total = "100ms" } # slow-request thresholds: queue, device, total
 //! slow.flush = { device = "50ms" }   # per-op overrides
 //!
+//! [merges]
+//! window = "1ms"                     # missed adjacent merge: dispatched this soon after its neighbour
+//!
 //! [maps]
 //! inflight_entries = 16384           # requests tracked at once, all devices
 //! stats_memory_mib = 16              # kernel memory for per-CPU histograms
@@ -109,6 +112,8 @@ pub struct Config {
     pub maps: MapSizes,
     /// Slow requests and stall episodes.
     pub stalls: Stalls,
+    /// Merge analysis (missed adjacent merges).
+    pub merges: Merges,
     /// Limits on HTTP clients.
     pub http: HttpLimits,
 }
@@ -182,6 +187,27 @@ pub struct Histogram {
     pub buckets: Vec<f64>,
 }
 
+/// `[merges]`: the missed-adjacent-merge rule (observer_common::merges::is_missed_merge).
+/// Reloadable (SIGHUP): written to the kernel's `SETTINGS` map with the `[stalls]` thresholds.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Merges {
+    /// A request dispatched on a device at most this long after the previous dispatch there,
+    /// with the same op and starting at the sector where that one ended, is a missed adjacent
+    /// merge (`blkobs_missed_merges_total`, `GET /merges`). Default 1 ms; at most 10 s;
+    /// `"0s"` turns the check off.
+    #[serde(with = "humantime_serde")]
+    pub window: std::time::Duration,
+}
+
+impl Default for Merges {
+    fn default() -> Self {
+        Merges {
+            window: std::time::Duration::from_millis(1),
+        }
+    }
+}
+
 /// `[maps]`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -203,6 +229,7 @@ impl Default for Config {
             histogram: Histogram::default(),
             maps: MapSizes::default(),
             stalls: Stalls::default(),
+            merges: Merges::default(),
             http: HttpLimits::default(),
         }
     }
@@ -253,6 +280,15 @@ impl Config {
             .as_deref()
             .map(WebConfig::load)
             .transpose()
+    }
+
+    /// What the programs read from the `SETTINGS` map: the `[stalls]` thresholds and the
+    /// `[merges]` window (ns).
+    pub fn kernel_settings(&self) -> observer_common::maps::Settings {
+        observer_common::maps::Settings {
+            merge_window_ns: self.merges.window.as_nanos().min(u64::MAX as u128) as u64,
+            ..self.stalls.settings()
+        }
     }
 
     /// Checks values that parse but are unusable.
@@ -329,6 +365,12 @@ impl Config {
                 key: "stalls.history_requests",
                 problem: "history_requests must be 1..=1000000 and history_episodes 1..=100000"
                     .into(),
+            });
+        }
+        if self.merges.window > std::time::Duration::from_secs(10) {
+            return Err(ConfigError::Invalid {
+                key: "merges.window",
+                problem: format!("{:?} is over 10s", self.merges.window),
             });
         }
         let h = &self.http;
@@ -495,6 +537,20 @@ mod tests {
         let e = c.load_web_config().unwrap_err();
         assert!(matches!(e, ConfigError::Web { .. }), "{e}");
         assert!(Config::default().load_web_config().unwrap().is_none());
+        let c = Config::from_toml("[merges]\nwindow = \"250us\"", "t").unwrap();
+        assert_eq!(c.kernel_settings().merge_window_ns, 250_000);
+        assert_eq!(
+            Config::default().kernel_settings().merge_window_ns,
+            1_000_000
+        );
+        let e = Config::from_toml("[merges]\nwindow = \"1min\"", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("merges.window"), "{e}");
+        let e = Config::from_toml("[merges]\nwindow = \"soon\"", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key `merges.window` (line 2)"), "{e}");
         let c = Config::from_toml("host_root = \"/host\"", "t").unwrap();
         assert_eq!(c.host_root.as_deref(), Some(std::path::Path::new("/host")));
     }

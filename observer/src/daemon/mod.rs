@@ -63,7 +63,7 @@ where
     let (mut probes, maps) = loader::attach(
         cfg.maps.inflight_entries,
         cfg.maps.stats_memory_mib,
-        cfg.stalls.settings(),
+        cfg.kernel_settings(),
     )?;
     // Give every disk its slot before anything else: requests entering a disk without one
     // lack log classification and stall detection (bpf/devslots.rs).
@@ -74,7 +74,7 @@ where
         runtime: RwLock::new(ReloadableSettings {
             filter: DeviceFilter::new(&cfg.devices),
             buckets: BucketMap::new(&cfg.histogram.buckets),
-            settings: cfg.stalls.settings(),
+            settings: cfg.kernel_settings(),
             forget_after: cfg.devices.forget_after,
         }),
         info: probes.info.clone(),

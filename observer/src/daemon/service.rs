@@ -11,7 +11,7 @@
 //!
 //! What SIGHUP reloads: the config file given with `--config` is read again and the command-line
 //! flags are applied over it, exactly as at startup. The device filter (`[devices]`), the
-//! exported histogram buckets (`[histogram]`), the `[stalls]` thresholds and the web
+//! exported histogram buckets (`[histogram]`), the `[stalls]` thresholds, the `[merges]` window and the web
 //! configuration file (`web_config_file`: certificates, client CA, users; new connections and
 //! requests) take effect at once.
 //! `listen`, `[maps]`, `[http]` and the `[stalls]` history sizes cannot change without a restart: a change to them is logged and otherwise ignored.
@@ -60,7 +60,7 @@ fn notify_reloading() {
 
 /// Configuration keys that only take effect at startup and differ between `old` and `new`.
 ///
-/// Everything but `[devices]`, `[histogram]`, the `[stalls]` thresholds and `web_config_file` is
+/// Everything but `[devices]`, `[histogram]`, the `[stalls]` thresholds, `[merges]` and `web_config_file` is
 /// startup-only. Known keys are named; a change
 /// anywhere else (a section added later) is reported as "other startup-only keys" rather than
 /// silently ignored.
@@ -90,6 +90,7 @@ pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     rest.devices = old.devices.clone();
     rest.histogram = old.histogram.clone();
     rest.stalls = old.stalls.clone();
+    rest.merges = old.merges.clone();
     rest.listen = old.listen;
     rest.host_root = old.host_root.clone();
     rest.maps = old.maps.clone();
@@ -152,9 +153,9 @@ where
         if !restart_required.is_empty() {
             warn!(keys = ?restart_required, "configuration keys changed that only take effect at startup: restart the daemon (`systemctl restart observer`) to apply them; the rest of the configuration was applied");
         }
-        let settings = new.stalls.settings();
+        let settings = new.kernel_settings();
         if let Err(e) = self.state.maps.set_settings(settings) {
-            error!(error = %e, "cannot write the new [stalls] thresholds to the kernel; the old ones stay in effect");
+            error!(error = %e, "cannot write the new [stalls] thresholds and [merges] window to the kernel; the old ones stay in effect");
         } else {
             let mut rt = self
                 .state
@@ -189,6 +190,7 @@ where
         current.stalls.episode = new.stalls.episode;
         current.stalls.slow_default = new.stalls.slow_default;
         current.stalls.slow = new.stalls.slow;
+        current.merges = new.merges;
         current.web_config_file = new.web_config_file;
         ReloadOutcome::Applied { restart_required }
     }

@@ -10,6 +10,9 @@
 //! | `blkobs_bytes_total` | counter | device, op, flags |
 //! | `blkobs_merges_total` | counter | device, op, flags |
 //! | `blkobs_requeues_total` | counter | device, op, flags |
+//! | `blkobs_request_size_bytes` | histogram (`merges.rs`), bytes at first dispatch | device, op, flags |
+//! | `blkobs_request_merged_bios` | histogram (`merges.rs`), bios merged per request | device, op, flags |
+//! | `blkobs_missed_merges_total` | counter (`merges.rs`) | device, op, flags |
 //! | `blkobs_lost_completions_total` | counter | device, op, flags |
 //! | `blkobs_untracked_completions_total` | counter | device, op, flags |
 //! | `blkobs_slow_requests_total` | counter | device, op, flags |
@@ -34,6 +37,7 @@ pub mod bpfcost;
 mod buckets;
 mod desc;
 mod inflight;
+pub mod merges;
 mod process;
 mod requests;
 pub mod selfmon;
@@ -51,7 +55,7 @@ use crate::{
 };
 
 /// The daemon's metric families (all but the filesystem-log ones) in the text exposition format
-/// (version 0.0.4), in a fixed order: latency histograms, per-class counters, errors, in-flight,
+/// (version 0.0.4), in a fixed order: latency histograms, per-class counters, merge analysis, errors, in-flight,
 /// stalls, self-monitoring. `buckets` are the exported bounds; `filter` limits the stall totals
 /// (the snapshot is already filtered). Written straight to text ([`TextWriter`]).
 pub fn render(
@@ -64,6 +68,7 @@ pub fn render(
 ) {
     requests::latency(w, s, buckets);
     requests::counters(w, s);
+    merges::families(w, s);
     requests::errors(w, s);
     inflight::families(w, s);
     stalls::families(w, s, history, filter);
@@ -108,6 +113,15 @@ mod tests {
                 t.merges = n % 3;
                 t.lost = n % 2;
                 t.slow = n % 5;
+                if class != 2 | FLAGS[0].0 | FLAGS[1].0 {
+                    for k in 0..(n % 7) {
+                        t.dispatch.record(
+                            (4096 << (k % 3)) as u32,
+                            (1 + k * 3) as u16,
+                            (k % 2) as u8,
+                        );
+                    }
+                }
                 s.classes.insert((dev.to_string(), Class(class)), t);
             }
             s.inflight.insert(

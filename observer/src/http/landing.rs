@@ -20,6 +20,10 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
         "slow requests, requests stuck right now, stall episodes (text; <code>?format=json</code>)",
     ),
     (
+        "merges",
+        "requests per device and class at dispatch, recent missed adjacent merges (text; <code>?format=json</code>)",
+    ),
+    (
         "inflight",
         "every request in flight now, oldest first (JSON)",
     ),
@@ -65,6 +69,7 @@ mod tests {
             "metrics",
             "healthz",
             "stalls",
+            "merges",
             "inflight",
             "histograms",
             "devices",

@@ -1,12 +1,13 @@
 //! The HTTP layer: the router and one file per endpoint, with their query parameters parsed in
 //! [`params`]. `/` (an HTML page linking the others), `/metrics` (Prometheus text format),
-//! `/healthz`, `/stalls`, `/inflight`, `/histograms`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this module.
+//! `/healthz`, `/stalls`, `/merges`, `/inflight`, `/histograms`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this module.
 
 pub mod auth;
 pub mod devices;
 pub mod histograms;
 pub mod inflight;
 pub mod landing;
+pub mod merges;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
@@ -31,6 +32,7 @@ pub fn router(state: Arc<AppState>, limits: &HttpLimits) -> Router {
         Router::new()
             .route("/metrics", get(metrics::get_metrics))
             .route("/stalls", get(stalls::get_stalls))
+            .route("/merges", get(merges::get_merges))
             .route("/inflight", get(inflight::get_inflight))
             .route("/histograms", get(histograms::get_histograms))
             .route("/devices", get(devices::get_devices)),
@@ -46,7 +48,7 @@ pub fn router(state: Arc<AppState>, limits: &HttpLimits) -> Router {
             (
                 StatusCode::NOT_FOUND,
                 axum::Json(serde_json::json!({
-                    "error": "not found: try /, /metrics, /healthz, /stalls, /inflight, /histograms, /devices, /openapi.yaml",
+                    "error": "not found: try /, /metrics, /healthz, /stalls, /merges, /inflight, /histograms, /devices, /openapi.yaml",
                 })),
             )
         })

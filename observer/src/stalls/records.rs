@@ -68,7 +68,8 @@ pub struct InflightRequest {
     pub since: String,
     /// First sector (512 B).
     pub sector: u64,
-    /// Size at entry (bytes).
+    /// Size (bytes): at entry, and from its first dispatch on the size then (after every merge
+    /// into it).
     pub bytes: u64,
     /// Requeues so far.
     pub requeues: u8,

@@ -1,0 +1,67 @@
+//! `GET /merges`: merge analysis per device and class, and the recent missed adjacent merges
+//! (parameters `device`, `since`, `limit`, `format`). Text unless JSON is asked for
+//! (`format=json` or `Accept`), as `/stalls`.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::{RawQuery, State},
+    http::{header, HeaderMap},
+    response::{IntoResponse, Response},
+    Json,
+};
+
+use super::{
+    blocking,
+    params::{parse, wants_json},
+};
+use crate::{
+    collect::snapshot::Snapshot,
+    merges::{self, MergeFilter},
+    state::AppState,
+    time::Clock,
+};
+
+/// The handler: 400 on a bad parameter (404 for an unknown device), else the report (50 pairs
+/// by default).
+pub async fn get_merges(
+    State(st): State<Arc<AppState>>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let clock = Clock::now();
+    let p = match parse(
+        q.as_deref(),
+        &["device", "since", "limit", "format"],
+        &clock,
+        &st.disks,
+    ) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let json = wants_json(&p, &headers);
+    let report = blocking(move || {
+        let (filter, window_ns) = {
+            let rt = st.runtime.read().expect("runtime lock");
+            (rt.filter.clone(), rt.settings.merge_window_ns)
+        };
+        let snap = Snapshot::read(&st.maps, &st.reaped, &filter);
+        let (pairs, recorded) = merges::read_pairs(&st.maps);
+        let query = MergeFilter {
+            device: p.device,
+            since_ns: p.since_ns,
+            limit: p.limit.unwrap_or(50),
+        };
+        merges::report(&snap, &pairs, recorded, &filter, &query, window_ns, &clock)
+    })
+    .await;
+    if json {
+        Json(report).into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            merges::render_text(&report),
+        )
+            .into_response()
+    }
+}
