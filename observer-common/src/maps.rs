@@ -488,6 +488,37 @@ pub enum Counter {
 impl Counter {
     /// Number of counters.
     pub const COUNT: u32 = 8;
+
+    /// The counter at index `i` of `COUNTERS` (the kernel-side diagnostics log the index:
+    /// observer-ebpf `maps::count`); `None` past [`Counter::COUNT`].
+    pub const fn from_index(i: u32) -> Option<Counter> {
+        Some(match i {
+            0 => Counter::Reserved0,
+            1 => Counter::InflightFull,
+            2 => Counter::StatsFull,
+            3 => Counter::ClockAnomalies,
+            4 => Counter::StaleEntries,
+            5 => Counter::EventsDropped,
+            6 => Counter::BioQueuedFull,
+            7 => Counter::Unindexed,
+            _ => return None,
+        })
+    }
+
+    /// The counter's name as the daemon's metrics and its log spell it: the `reason` label of
+    /// `blkobs_dropped_requests_total` for the map-full drops, else the metric's stem.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Counter::Reserved0 => "reserved",
+            Counter::InflightFull => "inflight_map_full",
+            Counter::StatsFull => "stats_map_full",
+            Counter::ClockAnomalies => "clock_anomalies",
+            Counter::StaleEntries => "stale_requests",
+            Counter::EventsDropped => "events_dropped",
+            Counter::BioQueuedFull => "bio_queue_map_full",
+            Counter::Unindexed => "unindexed_requests",
+        }
+    }
 }
 
 /// One filesystem log range on a whole disk: `[start, end)` in 512-byte sectors, as

@@ -4,6 +4,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
+use aya_log_ebpf::warn;
 use observer_common::maps::{
     ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges, Settings, DEV_SLOTS,
     EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES, NO_SLOT,
@@ -81,10 +82,26 @@ pub fn scalar(p: u64) -> u64 {
     0
 }
 
+/// Counts a rare event (a map full, a stale entry, a clock anomaly, a dropped event, an
+/// unindexed disk) in `COUNTERS`, and at its 1st, 2nd, 4th, 8th … occurrence on a CPU logs it
+/// through aya-log (`AYA_LOGS`, which the daemon drains into its own log, target
+/// `observer::kernel`): a trail of at most 64 lines per counter and CPU, written only on these
+/// paths, never per request.
 #[inline(always)]
 pub fn count(c: Counter) {
     if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {
-        unsafe { *p += 1 };
+        let n = unsafe { *p } + 1;
+        unsafe { *p = n };
+        if n & (n - 1) == 0 {
+            // aya-log's macros take a context they do not use (aya-log-ebpf-macros 0.2:
+            // `let _ = ctx;`); these helpers run without one. Numbers only: a `&str` argument
+            // of varying length is copied with an out-of-line memcpy, which older verifiers
+            // refuse (loader.rs, programs_call_no_memory_builtins); the daemon names the
+            // counter (bpf/kernel_log.rs).
+            warn!(&(), "counter {}: {} on CPU {}", c as u32, n, unsafe {
+                aya_ebpf::helpers::bpf_get_smp_processor_id()
+            });
+        }
     }
 }
 

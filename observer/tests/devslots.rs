@@ -162,3 +162,80 @@ fn colliding_device_numbers_are_all_tracked() {
     assert!(m.sum("blkobs_map_entries", &[("map", "dev_index")]) >= 2.0);
     drop((ma, mb));
 }
+
+/// Kernel-side diagnostics (aya-log) end to end: requests on a disk that appeared since the
+/// daemon's last scan are counted by the programs as unindexed (`COUNTERS`, exported as
+/// `blkobs_unindexed_requests_total`) and, at the 1st, 2nd, 4th … occurrence on a CPU, logged
+/// through the `AYA_LOGS` ring buffer into the daemon's log (target `observer::kernel`). The
+/// witness is the counter, read through the other path (the map): per CPU the logged counts are
+/// exactly 1, 2, 4, … up to some 2^k, so the CPUs' true counts n satisfy 2^k ≤ n < 2^(k+1) and
+/// their sum is the counter.
+#[test]
+fn unindexed_requests_reach_the_daemon_log_through_aya_log() {
+    if !require_root_and(&["dd", "losetup"]) {
+        return;
+    }
+    let dir = TempDir::new("blkobs-kernel-log");
+    let addr = free_addr();
+    let log = dir.join("observer.log");
+    let mut cmd = std::process::Command::new(observer_bin());
+    cmd.args(["--listen", &addr])
+        .env("OBSERVER_LOG", "warn")
+        .env("NO_COLOR", "1");
+    let daemon = Daemon::spawn(cmd, addr, &log);
+    let unindexed = |d: &Daemon| d.scrape().sum("blkobs_unindexed_requests_total", &[]);
+    // A disk written to at once after it is attached, before the daemon's next scan (1 s):
+    // retried with a fresh disk in the rare case a scan fell in between.
+    let mut devs = Vec::new();
+    for _ in 0..5 {
+        let dev = LoopDev::kernel_scheduler(16);
+        dev.write_direct(0, 32);
+        devs.push(dev);
+        if unindexed(&daemon) > 0.0 {
+            break;
+        }
+    }
+    let total = unindexed(&daemon);
+    assert!(total > 0.0, "no unindexed request in 5 fresh disks");
+    // Logged counts per CPU, once the log has caught up with the counter.
+    let logged = || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let mut per_cpu: std::collections::BTreeMap<u32, Vec<u64>> = Default::default();
+        for l in text.lines().filter(|l| l.contains("observer::kernel")) {
+            let Some(rest) = l.split("unindexed_requests: ").nth(1) else {
+                continue;
+            };
+            let mut w = rest.split_whitespace();
+            let n: u64 = w.next().unwrap().parse().unwrap();
+            let cpu: u32 = w.nth(2).unwrap().parse().unwrap();
+            per_cpu.entry(cpu).or_default().push(n);
+        }
+        per_cpu
+    };
+    let consistent = |per_cpu: &std::collections::BTreeMap<u32, Vec<u64>>, total: f64| {
+        let low: u64 = per_cpu.values().map(|v| *v.iter().max().unwrap()).sum();
+        let high: u64 = per_cpu
+            .values()
+            .map(|v| 2 * *v.iter().max().unwrap() - 1)
+            .sum();
+        !per_cpu.is_empty() && low as f64 <= total && total <= high as f64
+    };
+    let ok = wait_every(Duration::from_millis(100), Duration::from_secs(10), || {
+        consistent(&logged(), unindexed(&daemon))
+    });
+    let (per_cpu, total) = (logged(), unindexed(&daemon));
+    assert!(
+        ok,
+        "logged unindexed counts per CPU {per_cpu:?} do not account for the counter's {total}:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    for (cpu, v) in &per_cpu {
+        let want: Vec<u64> = (0..v.len() as u32).map(|k| 1 << k).collect();
+        assert_eq!(
+            v, &want,
+            "CPU {cpu}: logged at other than the 1st, 2nd, 4th … occurrence"
+        );
+    }
+    eprintln!("unindexed requests {total}, logged per CPU {per_cpu:?}");
+    drop(devs);
+}

@@ -64,6 +64,9 @@ pub struct Probes {
     /// The reaper's request-state probe (for [`crate::collect::reaper::Reaper`]); `None` if
     /// this kernel refused it (then nothing is reaped: see the warning logged).
     pub request_probe: Option<RequestProbe>,
+    /// The reader of the programs' aya-log records (`None` if unavailable: see
+    /// [`super::kernel_log::take`]); taken by the daemon, which drains it.
+    pub kernel_log: Option<super::kernel_log::KernelLog>,
 }
 
 impl Probes {
@@ -348,9 +351,11 @@ pub fn attach(
     };
     maps.set_settings(settings)
         .map_err(|e| load_err("writing SETTINGS")(e.into()))?;
+    let kernel_log = super::kernel_log::take(&mut ebpf);
     Ok((
         Probes {
             _ebpf: ebpf,
+            kernel_log,
             info: AttachInfo {
                 mode,
                 enter_tracepoint: enter_tp,

@@ -10,7 +10,7 @@ use anyhow::Context;
 use tracing::{info, warn};
 
 use crate::{
-    bpf::{devslots, loader},
+    bpf::{devslots, kernel_log, loader},
     collect::{
         events::History,
         reaper::{Reaped, Reaper},
@@ -69,6 +69,9 @@ where
     // lack log classification and stall detection (bpf/devslots.rs).
     maps.dev_slots.lock().expect("dev slots lock").rescan();
     let request_probe = probes.request_probe.take().map(Arc::new);
+    if let Some(log) = probes.kernel_log.take() {
+        kernel_log::spawn_reader(log).context("polling the AYA_LOGS ring buffer")?;
+    }
     let state = Arc::new(AppState {
         maps,
         runtime: RwLock::new(ReloadableSettings {

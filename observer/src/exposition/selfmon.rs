@@ -6,6 +6,8 @@
 
 use prometheus::proto::MetricType;
 
+use observer_common::maps::Counter;
+
 use super::{MetricDesc, TextWriter};
 use crate::{bpf::loader::AttachInfo, collect::snapshot::Snapshot, state::HttpRejections};
 
@@ -93,9 +95,9 @@ pub fn http_families(w: &mut TextWriter, r: &HttpRejections) {
 pub fn families(w: &mut TextWriter, s: &Snapshot, info: &AttachInfo) {
     let c = &s.counters;
     let mut f = w.family(&DROPPED_REQUESTS);
-    f.counter(&["inflight_map_full"], c.inflight_full as f64);
-    f.counter(&["stats_map_full"], c.stats_full as f64);
-    f.counter(&["bio_queue_map_full"], c.bio_queued_full as f64);
+    f.counter(&[Counter::InflightFull.name()], c.inflight_full as f64);
+    f.counter(&[Counter::StatsFull.name()], c.stats_full as f64);
+    f.counter(&[Counter::BioQueuedFull.name()], c.bio_queued_full as f64);
     w.family(&STALE_REQUESTS)
         .counter(&[], c.stale_entries as f64);
     w.family(&CLOCK_ANOMALIES)
