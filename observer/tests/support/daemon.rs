@@ -179,15 +179,27 @@ pub fn json(d: &Daemon, path: &str) -> Value {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }
 
-/// The newest loaded BPF map named `name` (the daemon under test loaded its maps last): a
-/// handle of its own, for tests that read (or, for the reaper's test, write) the programs'
-/// state directly. Panics if no map has that name.
-pub fn newest_map(name: &str) -> aya::maps::MapData {
-    let id = aya::maps::loaded_maps()
-        .filter_map(Result::ok)
-        .filter(|m| m.name_as_str() == Some(name))
-        .map(|m| m.id())
-        .max()
-        .unwrap_or_else(|| panic!("the daemon's {name} map"));
-    aya::maps::MapData::from_id(id).unwrap_or_else(|e| panic!("open map {name} ({id}): {e}"))
+/// The BPF map named `name` that `daemon` holds open (found through the map ids in
+/// /proc/PID/fdinfo): a handle of its own, for tests that read (or, for the reaper's test,
+/// write) the programs' state directly. Not "the newest map of that name": tests of one binary
+/// run in parallel, each with its own daemon. Panics if the daemon holds no such map.
+pub fn daemon_map(daemon: &Daemon, name: &str) -> aya::maps::MapData {
+    let pid = daemon.pid();
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/fdinfo: {e}"))
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("map_id:"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        })
+        .filter_map(|id| aya::maps::MapData::from_id(id).ok())
+        .find(|m| {
+            m.info()
+                .ok()
+                .and_then(|i| i.name_as_str().map(str::to_owned))
+                .as_deref()
+                == Some(name)
+        })
+        .unwrap_or_else(|| panic!("the daemon (pid {pid}) holds no map named {name}"))
 }
