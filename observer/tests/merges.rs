@@ -302,7 +302,11 @@ fn adjacent_unmerged_dispatches_match_ftrace() {
     }
     let dir = TempDir::new("blkobs-merges");
     let config = dir.join("observer.toml");
-    std::fs::write(&config, "[merges]\nwindow = \"1ms\"\n").unwrap();
+    // A 1 s window: one write at a time, the gap between dispatches is a completion and a
+    // submission — tens of µs here, milliseconds in a TCG guest of the kernel matrix (5.10:
+    // 15 % of the gaps > 1 ms) — so no gap comes near the window's edge, where the observer's
+    // and ftrace's clocks could disagree.
+    std::fs::write(&config, "[merges]\nwindow = \"1s\"\n").unwrap();
     let mut daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
     let dev = LoopDev::new(64, "none");
     std::thread::sleep(Duration::from_millis(1500));
@@ -327,7 +331,7 @@ fn adjacent_unmerged_dispatches_match_ftrace() {
     let ds1 = diskstats(&dev.name);
     let writes = ds1.writes - ds0.writes;
     let got = settled(&daemon, &dev.name, &before, writes);
-    let pairs = missed_pairs(&issues, WINDOW_NS);
+    let pairs = missed_pairs(&issues, 1_000_000_000);
     // Writes only: udev may read the device after fio closes it (its inotify watch).
     let w_issues: Vec<&Issue> = issues.iter().filter(|i| i.op == 'W').collect();
     // The witness's size histogram, in the exported buckets: le = 512 B · 2^i.
