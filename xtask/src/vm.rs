@@ -1,4 +1,4 @@
-//! `cargo xtask vmtest`: run a payload (default: the `matrix`, `held`, `lost` and `merges` integration tests)
+//! `cargo xtask vmtest`: run a payload (default: the `matrix`, `held` and `lost` integration tests)
 //! inside Debian's 5.10, 6.1 and 6.12 cloud kernels, one after the other, in qemu (TCG: KVM guests hang on these
 //! machines). The guest's root is this host's root filesystem, shared read-only over virtiofs (the
 //! cloud kernels have no 9p), and the workspace is shared read-write at the same path, so host
@@ -140,10 +140,8 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
 
 /// The integration tests run in every guest by default: the kernel matrix proper, and the
 /// held-request tests (the reaper's request-state probe, flush sequences by `end_io` on kernels
-/// whose BTF lacks RQF_FLUSH_SEQ), the lost-completion test (none lost on these kernels) and
-/// the merge analysis against ftrace (request sizes, bios per request, missed merges; the
-/// bios are counted on the request's list, which older kernels fill the same way).
-const GUEST_TESTS: [&str; 4] = ["matrix", "held", "lost", "merges"];
+/// whose BTF lacks RQF_FLUSH_SEQ), and the lost-completion test (none lost on these kernels).
+const GUEST_TESTS: [&str; 3] = ["matrix", "held", "lost"];
 
 /// Builds [`GUEST_TESTS`] (and the daemon they run, via CARGO_BIN_EXE_observer) on the host and
 /// returns the command that runs them one after the other, stopping at the first failure.
