@@ -276,16 +276,23 @@ fn nomerges_2_misses_what_0_merges() {
     let (m0, m2) = (&runs[0], &runs[1]);
     assert!(m0.2 > 0, "nomerges=0 merged nothing: the workload is wrong");
     assert_eq!(m2.2, 0, "nomerges=2 merged");
-    assert!(
-        m2.1 > m0.1,
-        "the witness: more missed merges with nomerges=2"
-    );
-    assert!(
-        m2.0.missed > m0.0.missed,
-        "missed merges: {} with nomerges=2, {} with 0",
-        m2.0.missed,
-        m0.0.missed
-    );
+    // Whether nomerges=2 also makes adjacent dispatches is the kernel's business, not ours:
+    // kernels with 26fed4ac4eab ("block: flush plug based on hardware and software queue
+    // order", 5.16) and without 34e0a279a993 ("block: do not reverse request order when
+    // flushing plug list", 6.3), like Debian's 6.1, issue a flushed plug back to front, so each
+    // dispatch ends where the previous one started and none is a missed merge by the rule
+    // (ftrace: 0, and so are we); 5.10 and 6.18 issue it in order (thousands). Either way the count equals the witness
+    // (above); the premise below only holds where the witness shows it.
+    if m2.1 > m0.1 {
+        assert!(
+            m2.0.missed > m0.0.missed,
+            "missed merges: {} with nomerges=2, {} with 0 (ftrace {} and {})",
+            m2.0.missed,
+            m0.0.missed,
+            m2.1,
+            m0.1
+        );
+    }
     let per_rq = |e: &Exported| (e.size_count + e.merged_sum) / e.size_count;
     assert!(
         per_rq(&m2.0) < per_rq(&m0.0),
@@ -375,6 +382,15 @@ fn adjacent_unmerged_dispatches_match_ftrace() {
         &format!("/merges?device={}&format=json&limit=1000", dev.name),
     );
     let shown = v["pairs"].as_array().unwrap();
+    // Ours and ftrace's clock are read by two callbacks of one tracepoint: microseconds apart
+    // here, but a TCG guest (the kernel matrix) can be interrupted between them (251 us
+    // measured on 6.1). The pair itself is matched by its sectors; the time only checks it
+    // is that dispatch.
+    let dispatch_tolerance_ns: u64 = if std::env::var_os("BLKOBS_VM").is_some() {
+        5_000_000
+    } else {
+        200_000
+    };
     assert!(!shown.is_empty(), "{v}");
     assert!(v["recorded"].as_u64().unwrap() >= pairs.len() as u64);
     for p in shown {
@@ -394,7 +410,7 @@ fn adjacent_unmerged_dispatches_match_ftrace() {
         for (ours, theirs) in [(a, x), (b, y)] {
             let t = ours["dispatch_ns"].as_u64().unwrap();
             assert!(
-                t.abs_diff(theirs.t) < 200_000,
+                t.abs_diff(theirs.t) < dispatch_tolerance_ns,
                 "dispatch time {t} vs ftrace {}: {p}",
                 theirs.t
             );

@@ -1,4 +1,4 @@
-//! `cargo xtask vmtest`: run a payload (default: the `matrix`, `held` and `lost` integration tests)
+//! `cargo xtask vmtest`: run a payload (default: the `matrix`, `held`, `lost` and `merges` integration tests)
 //! inside Debian's 5.10, 6.1 and 6.12 cloud kernels, one after the other, in qemu (TCG: KVM guests hang on these
 //! machines). The guest's root is this host's root filesystem, shared read-only over virtiofs (the
 //! cloud kernels have no 9p), and the workspace is shared read-write at the same path, so host
@@ -23,8 +23,7 @@ pub struct VmArgs {
     /// Kill a guest that has not powered off after this many minutes (per kernel).
     #[arg(long, default_value_t = 12)]
     pub timeout_min: u64,
-    /// Command to run in the guest, from the workspace directory (default: the matrix, held
-    /// and lost tests).
+    /// Command to run in the guest, from the workspace directory (default: [`GUEST_TESTS`]).
     #[arg(last = true)]
     pub cmd: Vec<String>,
 }
@@ -140,8 +139,9 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
 
 /// The integration tests run in every guest by default: the kernel matrix proper, and the
 /// held-request tests (the reaper's request-state probe, flush sequences by `end_io` on kernels
-/// whose BTF lacks RQF_FLUSH_SEQ), and the lost-completion test (none lost on these kernels).
-const GUEST_TESTS: [&str; 3] = ["matrix", "held", "lost"];
+/// whose BTF lacks RQF_FLUSH_SEQ), the lost-completion test (none lost on these kernels) and
+/// the merge analysis against ftrace.
+const GUEST_TESTS: [&str; 4] = ["matrix", "held", "lost", "merges"];
 
 /// Builds [`GUEST_TESTS`] (and the daemon they run, via CARGO_BIN_EXE_observer) on the host and
 /// returns the command that runs them one after the other, stopping at the first failure.
