@@ -13,10 +13,7 @@ use crate::store::put;
 /// verifier refuses shifts of pointers): see the observer's `maps::scalar`.
 #[inline(always)]
 pub fn owned<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut V> {
-    if addr == 0 {
-        return None;
-    }
-    let s = map.get_ptr_mut(slot_index(addr))?;
+    let s = slot_of(map, addr)?;
     if unsafe { read_volatile(addr_of_mut!((*s).key)) } == addr {
         Some(unsafe { addr_of_mut!((*s).value) })
     } else {
@@ -24,20 +21,32 @@ pub fn owned<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut V> {
     }
 }
 
+/// The slot of the object at `addr` (`None` for a null address).
+#[inline(always)]
+fn slot_of<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut Slot<V>> {
+    if addr == 0 {
+        return None;
+    }
+    map.get_ptr_mut(slot_index(addr))
+}
+
 /// The value of the object at `addr` in its slot, claiming the slot if nobody has yet; `None`
 /// if the slot belongs to another object (or a racing CPU won it): then use the hash map.
 /// A newly claimed slot's value is what the array was created with (zero).
 #[inline(always)]
 pub fn claim<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut V> {
-    if addr == 0 {
-        return None;
-    }
-    let s = map.get_ptr_mut(slot_index(addr))?;
+    take(map, addr, false)
+}
+
+/// [`claim`] (`take_back` false: slots owned for good) and [`lease`] (true).
+#[inline(always)]
+fn take<V>(map: &Array<Slot<V>>, addr: u64, take_back: bool) -> Option<*mut V> {
+    let s = slot_of(map, addr)?;
     let key = unsafe { read_volatile(addr_of_mut!((*s).key)) };
     if key == addr {
         return Some(unsafe { addr_of_mut!((*s).value) });
     }
-    if !try_claim(unsafe { addr_of_mut!((*s).claims) }, key) {
+    if !try_claim(unsafe { addr_of_mut!((*s).claims) }, key, take_back) {
         return None;
     }
     unsafe { put(addr_of_mut!((*s).key), addr) };
@@ -62,7 +71,7 @@ fn xadd(p: *mut u64, v: u64) {
 /// good: the slot is someone's anyway); with it, it is subtracted again (leased slots, which
 /// are free again once their holder gives them back).
 #[inline(always)]
-fn try_claim_with(claims: *mut u64, key: u64, take_back: bool) -> bool {
+fn try_claim(claims: *mut u64, key: u64, take_back: bool) -> bool {
     if key != 0 || unsafe { read_volatile(claims) } != 0 {
         return false;
     }
@@ -76,30 +85,13 @@ fn try_claim_with(claims: *mut u64, key: u64, take_back: bool) -> bool {
     false
 }
 
-#[inline(always)]
-fn try_claim(claims: *mut u64, key: u64) -> bool {
-    try_claim_with(claims, key, false)
-}
-
 /// The value of the object at `addr` in its slot of a **leased** array (`BIO_SLOTS`): the slot
 /// it holds already (the same object entering again), or its free slot, leased now; `None` if
 /// another object holds the slot (or a racing CPU won it): then use the hash map. The value is
 /// whatever the last holder left: write every field. Give it back with [`give_back`].
 #[inline(always)]
 pub fn lease<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut V> {
-    if addr == 0 {
-        return None;
-    }
-    let s = map.get_ptr_mut(slot_index(addr))?;
-    let key = unsafe { read_volatile(addr_of_mut!((*s).key)) };
-    if key == addr {
-        return Some(unsafe { addr_of_mut!((*s).value) });
-    }
-    if !try_claim_with(unsafe { addr_of_mut!((*s).claims) }, key, true) {
-        return None;
-    }
-    unsafe { put(addr_of_mut!((*s).key), addr) };
-    Some(unsafe { addr_of_mut!((*s).value) })
+    take(map, addr, true)
 }
 
 /// Gives back the slot that `addr` holds in a leased array, returning what `read` takes from
@@ -108,10 +100,7 @@ pub fn lease<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut V> {
 /// finds it set.
 #[inline(always)]
 pub fn give_back<V, R>(map: &Array<Slot<V>>, addr: u64, read: impl FnOnce(&V) -> R) -> Option<R> {
-    if addr == 0 {
-        return None;
-    }
-    let s = map.get_ptr_mut(slot_index(addr))?;
+    let s = slot_of(map, addr)?;
     if unsafe { read_volatile(addr_of_mut!((*s).key)) } != addr {
         return None;
     }

@@ -28,6 +28,79 @@ struct BatchAttr {
     flags: u64,
 }
 
+/// One walk of a map with `BPF_MAP_LOOKUP_BATCH`: the kernel's cursor between calls (hash maps
+/// and arrays both use a `u32`: a bucket index, an array index; include/uapi/linux/bpf.h).
+struct BatchWalk {
+    fd: RawFd,
+    cursor: u32,
+    next: u32,
+    started: bool,
+}
+
+/// What one [`BatchWalk::call`] returned besides the entries it copied.
+enum Batch {
+    /// More to read: call again.
+    More,
+    /// The last bucket was read (`-ENOENT`).
+    Done,
+    /// The call failed with this errno (`ENOSPC`: the next bucket alone did not fit `count`;
+    /// the walk then resumes at that bucket).
+    Failed(Option<i32>),
+}
+
+impl BatchWalk {
+    fn new(fd: RawFd) -> Self {
+        BatchWalk {
+            fd,
+            cursor: 0,
+            next: 0,
+            started: false,
+        }
+    }
+
+    /// Asks for up to `count` entries into `keys` and `values` (raw buffers laid out as the
+    /// kernel writes them for this map); returns how many it copied, and what next.
+    ///
+    /// # Safety
+    /// `keys` and `values` must be writable for `count` entries of the map's key size and
+    /// value layout.
+    unsafe fn call(&mut self, keys: *mut u8, values: *mut u8, count: usize) -> (usize, Batch) {
+        let mut attr = BatchAttr {
+            in_batch: if self.started {
+                &mut self.cursor as *mut u32 as u64
+            } else {
+                0
+            },
+            out_batch: &mut self.next as *mut u32 as u64,
+            keys: keys as u64,
+            values: values as u64,
+            count: count as u32,
+            map_fd: self.fd as u32,
+            ..Default::default()
+        };
+        // SAFETY: the caller's buffers; attr and the cursors live across the call.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                &mut attr as *mut BatchAttr,
+                std::mem::size_of::<BatchAttr>(),
+            )
+        };
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        let n = (attr.count as usize).min(count);
+        let step = match (ret, errno) {
+            (0, _) => Batch::More,
+            (_, Some(libc::ENOENT)) => return (n, Batch::Done),
+            (_, e @ Some(libc::ENOSPC)) => Batch::Failed(e),
+            (_, e) => return (n, Batch::Failed(e)),
+        };
+        self.cursor = self.next;
+        self.started = true;
+        (n, step)
+    }
+}
+
 /// Where the programs keep the requests they track: a request owns its slot of
 /// `INFLIGHT_SLOTS` (index `slot_index(rq)`, `key == rq`), or has an `INFLIGHT` hash entry,
 /// never both (observer_common::maps::Slot).
@@ -244,51 +317,27 @@ fn batch<K: Pod + Default, V: Pod + Default>(fd: RawFd) -> Option<Vec<(K, V)>> {
         .clamp(1, BATCH);
     let mut keys = vec![K::default(); count];
     let mut values = vec![V::default(); count];
-    // Hash maps and arrays both use a u32 cursor for in_batch/out_batch (a bucket index, an
-    // array index).
-    let mut cursor: u32 = 0;
-    let mut next: u32 = 0;
-    let mut first = true;
+    let mut walk = BatchWalk::new(fd);
     loop {
-        let mut attr = BatchAttr {
-            in_batch: if first {
-                0
-            } else {
-                &mut cursor as *mut u32 as u64
-            },
-            out_batch: &mut next as *mut u32 as u64,
-            keys: keys.as_mut_ptr() as u64,
-            values: values.as_mut_ptr() as u64,
-            count: count as u32,
-            map_fd: fd as u32,
-            ..Default::default()
-        };
-        // SAFETY: attr points to valid buffers of `count` keys and values, sized as the map's.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_BATCH,
-                &mut attr as *mut BatchAttr,
-                std::mem::size_of::<BatchAttr>(),
+        // SAFETY: `count` keys and values, sized as the map's.
+        let (n, step) = unsafe {
+            walk.call(
+                keys.as_mut_ptr() as *mut u8,
+                values.as_mut_ptr() as *mut u8,
+                count,
             )
         };
-        let errno = std::io::Error::last_os_error().raw_os_error();
-        let n = attr.count as usize;
         out.extend(keys[..n].iter().copied().zip(values[..n].iter().copied()));
-        if ret == 0 {
-            cursor = next;
-            first = false;
-            continue;
-        }
-        return match errno {
-            Some(libc::ENOENT) => Some(out), // done
+        match step {
+            Batch::More => {}
+            Batch::Done => return Some(out),
             // Refused (not supported), or failed midway: never a partial map, the caller
             // reads it entry by entry.
-            e => {
+            Batch::Failed(e) => {
                 tracing::debug!(errno = ?e, read = out.len(), "BPF_MAP_LOOKUP_BATCH failed; reading entry by entry");
-                None
+                return None;
             }
-        };
+        }
     }
 }
 
@@ -360,35 +409,17 @@ where
     let mut keys = vec![K::default(); count];
     let mut values = vec![0u64; words(count)];
     let mut out = Vec::new();
-    let mut cursor: u32 = 0;
-    let mut next: u32 = 0;
-    let mut first = true;
+    let mut walk = BatchWalk::new(fd);
     loop {
-        let mut attr = BatchAttr {
-            in_batch: if first {
-                0
-            } else {
-                &mut cursor as *mut u32 as u64
-            },
-            out_batch: &mut next as *mut u32 as u64,
-            keys: keys.as_mut_ptr() as u64,
-            values: values.as_mut_ptr() as u64,
-            count: count as u32,
-            map_fd: fd as u32,
-            ..Default::default()
-        };
-        // SAFETY: attr points to buffers of `count` keys and `count` entries of per-CPU values,
-        // laid out as the kernel writes them (above).
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_BATCH,
-                &mut attr as *mut BatchAttr,
-                std::mem::size_of::<BatchAttr>(),
+        // SAFETY: buffers of `count` keys and `count` entries of per-CPU values, laid out as
+        // the kernel writes them (above).
+        let (n, step) = unsafe {
+            walk.call(
+                keys.as_mut_ptr() as *mut u8,
+                values.as_mut_ptr() as *mut u8,
+                count,
             )
         };
-        let errno = std::io::Error::last_os_error().raw_os_error();
-        let n = (attr.count as usize).min(count);
         let bytes = values.as_ptr() as *const u8;
         for (i, k) in keys[..n].iter().enumerate() {
             let mut a = init(k);
@@ -404,24 +435,18 @@ where
             }
             out.push((*k, a));
         }
-        if ret == 0 {
-            cursor = next;
-            first = false;
-            continue;
-        }
-        match errno {
-            Some(libc::ENOENT) => return Some(out), // done
-            // The next bucket alone does not fit (nothing copied; `next` is that bucket):
-            // again from there with room for twice as many entries.
-            Some(libc::ENOSPC) if n == 0 && count < (1 << 20) => {
+        match step {
+            Batch::More => {}
+            Batch::Done => return Some(out),
+            // The next bucket alone does not fit (nothing copied; the walk resumes at that
+            // bucket): again with room for twice as many entries.
+            Batch::Failed(Some(libc::ENOSPC)) if n == 0 && count < (1 << 20) => {
                 count *= 2;
                 keys = vec![K::default(); count];
                 values = vec![0u64; words(count)];
-                cursor = next;
-                first = false;
             }
             // Refused (not supported), or failed midway: never a partial map.
-            e => {
+            Batch::Failed(e) => {
                 tracing::debug!(errno = ?e, read = out.len(), "BPF_MAP_LOOKUP_BATCH (per-CPU) failed; reading entry by entry");
                 return None;
             }
