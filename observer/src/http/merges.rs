@@ -6,14 +6,13 @@ use std::sync::Arc;
 
 use axum::{
     extract::{RawQuery, State},
-    http::{header, HeaderMap},
+    http::HeaderMap,
     response::{IntoResponse, Response},
-    Json,
 };
 
 use super::{
     blocking,
-    params::{parse, wants_json},
+    params::{parse, text_or_json, wants_json},
 };
 use crate::{
     collect::snapshot::Snapshot,
@@ -55,13 +54,5 @@ pub async fn get_merges(
         merges::report(&snap, &pairs, recorded, &filter, &query, window_ns, &clock)
     })
     .await;
-    if json {
-        Json(report).into_response()
-    } else {
-        (
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            merges::render_text(&report),
-        )
-            .into_response()
-    }
+    text_or_json(json, report, merges::render_text)
 }

@@ -232,6 +232,24 @@ pub fn wants_json(p: &Params, headers: &HeaderMap) -> bool {
     })
 }
 
+/// A report endpoint's answer: `report` as JSON when `json` ([`wants_json`]), else
+/// `text(&report)` as `text/plain; charset=utf-8` (`/stalls`, `/merges`).
+pub fn text_or_json<T: Serialize>(
+    json: bool,
+    report: T,
+    text: impl FnOnce(&T) -> String,
+) -> Response {
+    if json {
+        Json(report).into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            text(&report),
+        )
+            .into_response()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

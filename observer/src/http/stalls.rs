@@ -5,15 +5,14 @@ use std::sync::Arc;
 
 use axum::{
     extract::{RawQuery, State},
-    http::{header, HeaderMap},
+    http::HeaderMap,
     response::{IntoResponse, Response},
-    Json,
 };
 use observer_common::Stage;
 
 use super::{
     blocking,
-    params::{parse, wants_json},
+    params::{parse, text_or_json, wants_json},
 };
 use crate::{
     stalls::{self, Filter, ReportInput},
@@ -59,13 +58,5 @@ pub async fn get_stalls(
         })
     })
     .await;
-    if json {
-        Json(report).into_response()
-    } else {
-        (
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            stalls::render_text(&report),
-        )
-            .into_response()
-    }
+    text_or_json(json, report, stalls::render_text)
 }
