@@ -21,7 +21,7 @@ pub struct VmArgs {
     #[arg(long = "kernel", value_name = "LABEL")]
     pub kernels: Vec<String>,
     /// Kill a guest that has not powered off after this many minutes (per kernel).
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 20)]
     pub timeout_min: u64,
     /// Command to run in the guest, from the workspace directory (default: [`GUEST_TESTS`]).
     #[arg(last = true)]

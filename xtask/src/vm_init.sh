@@ -54,7 +54,7 @@ done
 ip link set lo up
 echo "BLKOBS-VM: modules loaded, uptime $(up)s"
 
-# Watchdog: a payload still running after $WATCHDOG s is hung (a normal run takes ~6 min).
+# Watchdog: a payload still running after $WATCHDOG s is hung (a normal run takes ~8 min).
 # Dump every task's state, wait channel and kernel stack to the console (the hung-task
 # detector misses killable and interruptible sleeps, e.g. a FUSE/virtiofs request), twice.
 dump_tasks() {
