@@ -374,19 +374,43 @@ pub fn attach_id_index(typedefs: &[(&str, u32)]) -> Result<aya::Btf, aya::BtfErr
 mod tests {
     use super::*;
 
-    /// Resolves against the running kernel; the expected values are the independent witness of
-    /// `bpftool btf dump file /sys/kernel/btf/vmlinux format c`, parsed here as text.
-    #[test]
-    fn layout_matches_bpftool_dump() {
+    /// The rule of observer/tests/support/skip.rs for these unit tests: true if the test can
+    /// run (`ok`); else under CI (`CI` set, not empty/0/false/no/off) a panic, elsewhere a skip
+    /// said on stderr and appended to `BLKOBS_SKIP_LOG` (listed by `cargo xtask test`).
+    fn runnable(ok: bool, why: &str) -> bool {
+        if ok {
+            return true;
+        }
         let ci = std::env::var("CI").is_ok_and(|v| {
             !matches!(
                 v.trim().to_ascii_lowercase().as_str(),
                 "" | "0" | "false" | "no" | "off"
             )
         });
-        if !Path::new(VMLINUX_BTF).exists() {
-            assert!(!ci, "cannot run under CI: no {VMLINUX_BTF}");
-            eprintln!("SKIPPED: no {VMLINUX_BTF}");
+        assert!(!ci, "cannot run under CI: {why}");
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "SKIPPED {why}");
+        if let Some(log) = std::env::var_os("BLKOBS_SKIP_LOG") {
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+            {
+                let test = std::thread::current().name().unwrap_or("?").to_string();
+                let _ = writeln!(f, "observer {test}: {why}");
+            }
+        }
+        false
+    }
+
+    /// Resolves against the running kernel; the expected values are the independent witness of
+    /// `bpftool btf dump file /sys/kernel/btf/vmlinux format c`, parsed here as text.
+    #[test]
+    fn layout_matches_bpftool_dump() {
+        if !runnable(
+            Path::new(VMLINUX_BTF).exists(),
+            &format!("no {VMLINUX_BTF}"),
+        ) {
             return;
         }
         let btf = KernelBtf::from_file(VMLINUX_BTF).unwrap();
@@ -395,10 +419,7 @@ mod tests {
             .args(["btf", "dump", "file", VMLINUX_BTF, "format", "c"])
             .output();
         let Ok(dump) = dump else {
-            assert!(
-                !ci,
-                "cannot run under CI: bpftool missing (scripts/provision.sh installs it)"
-            );
+            runnable(false, "bpftool missing (scripts/provision.sh installs it)");
             return;
         };
         let text = String::from_utf8_lossy(&dump.stdout);
@@ -502,15 +523,10 @@ mod tests {
     #[test]
     fn attach_id_index_matches_aya_parse() {
         use aya_obj::btf::BtfKind;
-        let ci = std::env::var("CI").is_ok_and(|v| {
-            !matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "" | "0" | "false" | "no" | "off"
-            )
-        });
-        if !Path::new(VMLINUX_BTF).exists() {
-            assert!(!ci, "cannot run under CI: no {VMLINUX_BTF}");
-            eprintln!("SKIPPED: no {VMLINUX_BTF}");
+        if !runnable(
+            Path::new(VMLINUX_BTF).exists(),
+            &format!("no {VMLINUX_BTF}"),
+        ) {
             return;
         }
         let kbtf = KernelBtf::from_file(VMLINUX_BTF).unwrap();
