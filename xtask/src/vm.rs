@@ -1,4 +1,4 @@
-//! `cargo xtask vmtest`: run a payload (default: the `matrix`, `held` and `lost` integration tests)
+//! `cargo xtask vmtest`: run a payload (default: the `matrix`, `held`, `lost` and `stacked` integration tests)
 //! inside Debian's 5.10, 6.1 and 6.12 cloud kernels, one after the other, in qemu (TCG: KVM guests hang on these
 //! machines). The guest's root is this host's root filesystem, shared read-only over virtiofs (the
 //! cloud kernels have no 9p), and the workspace is shared read-write at the same path, so host
@@ -23,8 +23,8 @@ pub struct VmArgs {
     /// Kill a guest that has not powered off after this many minutes (per kernel).
     #[arg(long, default_value_t = 12)]
     pub timeout_min: u64,
-    /// Command to run in the guest, from the workspace directory (default: the matrix, held
-    /// and lost tests).
+    /// Command to run in the guest, from the workspace directory (default: the matrix, held,
+    /// lost and stacked tests).
     #[arg(last = true)]
     pub cmd: Vec<String>,
 }
@@ -140,8 +140,10 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
 
 /// The integration tests run in every guest by default: the kernel matrix proper, and the
 /// held-request tests (the reaper's request-state probe, flush sequences by `end_io` on kernels
-/// whose BTF lacks RQF_FLUSH_SEQ), and the lost-completion test (none lost on these kernels).
-const GUEST_TESTS: [&str; 3] = ["matrix", "held", "lost"];
+/// whose BTF lacks RQF_FLUSH_SEQ), the lost-completion test (none lost on these kernels), and
+/// the stacked (device-mapper) tests, which are `#[ignore]`d on hosts without dm modules and
+/// run here with `--include-ignored` (the other files have no ignored test it would enable).
+const GUEST_TESTS: [&str; 4] = ["matrix", "held", "lost", "stacked"];
 
 /// Builds [`GUEST_TESTS`] (and the daemon they run, via CARGO_BIN_EXE_observer) on the host and
 /// returns the command that runs them one after the other, stopping at the first failure.
@@ -170,7 +172,10 @@ fn build_matrix_test(root: &Path) -> Result<Vec<String>> {
             .strip_prefix(root)
             .map(|p| p.display().to_string())
             .unwrap_or(exe);
-        exes.push(format!("{} --test-threads=1 --nocapture", quote(&rel)));
+        exes.push(format!(
+            "{} --test-threads=1 --nocapture --include-ignored",
+            quote(&rel)
+        ));
     }
     Ok(vec![
         "/bin/sh".into(),

@@ -18,7 +18,7 @@ use observer_ebpf::{
 };
 
 use crate::{
-    inflight::{enter, free, live},
+    inflight::{enter, free, live, take_bio},
     maps::{count, emit, error_seen, stats, SETTINGS},
     stall,
 };
@@ -92,6 +92,53 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
             complete_ns: now,
             merges,
             status: error as u32,
+        });
+    }
+}
+
+/// The end of a bio of a bio-based disk (dm, md; `block_bio_complete`): counted like a
+/// request's final completion, with its size at entry as its bytes, its `bi_status` as its
+/// error, and only the total stage (entry → completion, btt Q2C): nothing is dispatched there.
+/// Its disk's device-stall state counts the bio as at the device from its entry.
+#[inline(always)]
+pub fn bio_completed(bio: u64, l: &KernelLayout) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(mut e) = take_bio(bio) else {
+        return;
+    };
+    e.bytes = e.size as u64;
+    let status: u8 = read(bio, l.bio_status);
+    if status != 0 {
+        error_seen(e.dev, e.class, status as u64);
+    }
+    let Some(s) = stats(e.dev, e.class) else {
+        return;
+    };
+    let s = unsafe { &mut *s };
+    s.requests += 1;
+    s.bytes += e.bytes;
+    if now < e.enter_ns {
+        count(Counter::ClockAnomalies);
+        return;
+    }
+    s.last_complete_ns = now;
+    stall::completed(e.dev, e.slot, e.class, e.enter_ns, now);
+    let total = now - e.enter_ns;
+    observe(&mut s.stages[Stage::Total as usize], total);
+    let lat = Latency {
+        queue: 0,
+        device: 0,
+        total,
+    };
+    if slow(e.class, &lat) {
+        s.slow += 1;
+        emit(&SlowEvent {
+            kind: EVENT_SLOW,
+            dev: e.dev,
+            req: e,
+            complete_ns: now,
+            merges: 0,
+            status: status as u32,
         });
     }
 }
