@@ -322,7 +322,8 @@ fn dm_delay_total_latency_and_counts() {
         );
         // fio's own clock around each I/O (clat: submission to completion, as fio sees it)
         // contains each bio's total: our mean (the exact sum over the count) is at most
-        // fio's mean, and less only by the system call's own time.
+        // fio's mean, and less only by the system call's and fio's own time (1.8–2.3 ms in
+        // the 6.1 TCG guest; allowed: 5 ms).
         let fio_out = if op == "read" { &r } else { &w };
         let fio_mean = fio_out["jobs"][0][op]["clat_ns"]["mean"].as_f64().unwrap() * 1e-9;
         let sum = delta(
@@ -338,7 +339,7 @@ fn dm_delay_total_latency_and_counts() {
             fio_mean * 1e3
         );
         assert!(
-            mean <= fio_mean && fio_mean - mean <= 0.003,
+            mean <= fio_mean && fio_mean - mean <= 0.005,
             "{n} {op}: mean total {mean} s vs fio's mean completion latency {fio_mean} s"
         );
         // The histograms agree (kernel buckets are up to 12.5 % wide).
