@@ -110,11 +110,25 @@ fn require_dm(target: &str) -> bool {
     )
 }
 
-/// The daemon with every completed bio over 20 ms a slow-request record (its exact total).
-fn daemon(dir: &TempDir) -> Daemon {
+/// The daemon with every completed bio over 20 ms a slow-request record (its exact total),
+/// its programs attached as `attach` (`tp_btf`, or `raw_tp` forced), which it must report.
+fn daemon(dir: &TempDir, attach: &str) -> Daemon {
     let cfg = dir.join("observer.toml");
     std::fs::write(&cfg, "[stalls]\nslow_default = { total = \"20ms\" }\n").unwrap();
-    Daemon::start(&["--config", cfg.to_str().unwrap()])
+    let env: &[(&str, &str)] = if attach == "raw_tp" {
+        &[("OBSERVER_ATTACH", "raw_tp")]
+    } else {
+        &[]
+    };
+    let d = Daemon::start_env(&["--config", cfg.to_str().unwrap()], env);
+    let m = d.scrape();
+    assert_eq!(
+        m.sum("blkobs_build_info", &[("attach", attach)]),
+        1.0,
+        "attached as {attach}: {:?}",
+        m.select("blkobs_build_info", &[]).collect::<Vec<_>>()
+    );
+    d
 }
 
 /// A scrape with `name`'s /proc/diskstats read just before and after it, retried until both
@@ -193,7 +207,7 @@ fn dm_delay_total_latency_and_counts() {
         "blkobs-delay",
         &format!("0 {sectors} delay {} 0 {DELAY_MS}", lower.path),
     );
-    let daemon = daemon(&dir);
+    let daemon = daemon(&dir, "tp_btf");
     wait_listed(&daemon, &dm);
     quiesce(&dm.name);
     let (m0, d0) = scrape_with_diskstats(&daemon, &dm.name);
@@ -358,7 +372,8 @@ fn dm_delay_total_latency_and_counts() {
     }
 }
 
-/// dm-flakey in its down interval (up 0 s): every direct read fails with EIO. Each failed
+/// dm-flakey in its down interval (up 0 s), with the programs forced to `raw_tp` (struct
+/// fields read with bpf_probe_read_kernel): every direct read fails with EIO. Each failed
 /// bio is counted once with its error (`blk_status_t` ioerr), as many as the reads that
 /// failed (dd's exit status, the witness). /proc/diskstats is no witness here: see below.
 #[test]
@@ -374,7 +389,7 @@ fn dm_flakey_errors_per_device() {
         "blkobs-flakey",
         &format!("0 {} flakey {} 0 0 3600", 16 * 2048, lower.path),
     );
-    let daemon = daemon(&dir);
+    let daemon = daemon(&dir, "raw_tp");
     wait_listed(&daemon, &dm);
     quiesce(&dm.name);
     let (m0, d0) = scrape_with_diskstats(&daemon, &dm.name);
@@ -449,7 +464,7 @@ fn suspended_dm_holds_a_bio_in_flight() {
         "blkobs-linear",
         &format!("0 {} linear {} 0", 16 * 2048, lower.path),
     );
-    let daemon = daemon(&dir);
+    let daemon = daemon(&dir, "tp_btf");
     wait_listed(&daemon, &dm);
     quiesce(&dm.name);
     dm.dmsetup("suspend");
