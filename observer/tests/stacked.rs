@@ -516,6 +516,11 @@ fn suspended_dm_holds_a_bio_in_flight() {
             .any(|l| l.starts_with(n) && l.contains("total")),
         "/stalls lists the held bio:\n{text}"
     );
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().eq([n, dm.dm_name.as_str()])),
+        "/stalls names the dm disk:\n{text}"
+    );
     let hold = t0.elapsed().as_secs_f64();
     dm.dmsetup("resume");
     let st = reader.child.wait().unwrap();

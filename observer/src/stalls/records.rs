@@ -125,4 +125,8 @@ pub struct StallReport {
     pub episodes: Vec<Episode>,
     /// Slow completed requests, newest first.
     pub slow: Vec<SlowRequest>,
+    /// The device-mapper names of the dm disks above (`dm-0` → `vg0-data`), for the text
+    /// table's footer (JSON clients have them in `GET /devices`, `dm_name`).
+    #[serde(skip)]
+    pub dm_names: BTreeMap<String, String>,
 }

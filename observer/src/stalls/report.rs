@@ -17,7 +17,9 @@ use crate::{
     bpf::{batch::read_inflight, maps::KernelMaps},
     collect::events::History,
     config::DeviceFilter,
-    labels::{bio_based, comm, device_name, stall_kind_name, status_name, ClassInfo},
+    labels::{
+        bio_based, comm, device_mapper_name, device_name, stall_kind_name, status_name, ClassInfo,
+    },
     time::Clock,
 };
 
@@ -59,11 +61,19 @@ pub fn report(input: &ReportInput) -> StallReport {
     ended_episodes(input, &clock, &mut episodes);
     episodes.truncate(input.query.limit);
     let slow = slow_requests(input, &clock, &mut cg);
+    let dm_names = stuck
+        .iter()
+        .map(|r| &r.device)
+        .chain(episodes.iter().map(|e| &e.device))
+        .chain(slow.iter().map(|s| &s.device))
+        .filter_map(|d| Some((d.clone(), device_mapper_name(d)?.0)))
+        .collect();
     StallReport {
         now: clock.rfc3339(clock.mono_now),
         stuck,
         episodes,
         slow,
+        dm_names,
     }
 }
 
