@@ -4,9 +4,10 @@
 //! suspended dm disk holds a bio until it is resumed. Counts are checked against the dm disk's
 //! own /proc/diskstats line and fio's; errors against the failed reads.
 //!
-//! The host kernel of the development machines has no dm modules: these tests are ignored
+//! The host kernel of the development machines has no dm modules: the dm tests are ignored
 //! there and run in the kernel-matrix VMs (`cargo xtask vmtest`, `--include-ignored`), whose
-//! init loads dm-mod, dm-delay and dm-flakey. The workloads are small direct I/O (4 KiB, no
+//! init loads dm-mod, dm-delay and dm-flakey. zram, bio-based too, runs everywhere: its test
+//! is not ignored (the host's kernel has it built in; the VMs load the module). The workloads are small direct I/O (4 KiB, no
 //! flush): dm counts diskstats per `dm_io`, so a bio split by dm would be counted twice there
 //! and queued once here, and a data-less flush counts as a write there on some kernels.
 
@@ -92,6 +93,63 @@ impl Drop for DmDev {
     }
 }
 
+/// A zram disk of our own (`/sys/class/zram-control/hot_add`, after loading the module if
+/// needed: in the matrix VMs from `BLKOBS_VM_MODROOT`), `size_mib` of compressed RAM; reset
+/// and removed (`hot_remove`) on drop. zram is bio-based and serves bios itself, in
+/// memory: a bio-based disk on any kernel, this host's included.
+struct Zram {
+    /// `zramN`.
+    name: String,
+    /// `/dev/zramN`.
+    path: String,
+    id: String,
+}
+
+impl Zram {
+    /// None (after [`skip`]) if zram cannot be had here.
+    fn new(size_mib: u64) -> Option<Zram> {
+        let ctl = std::path::Path::new("/sys/class/zram-control");
+        if !ctl.exists() {
+            let mut modprobe = Command::new("modprobe");
+            if let Some(root) = std::env::var_os("BLKOBS_VM_MODROOT") {
+                modprobe.arg("-d").arg(root);
+            }
+            let _ = modprobe.args(["zram", "num_devices=0"]).status();
+        }
+        let Ok(id) = std::fs::read_to_string(ctl.join("hot_add")) else {
+            skip("no zram (module zram, /sys/class/zram-control)");
+            return None;
+        };
+        let id = id.trim().to_string();
+        let z = Zram {
+            name: format!("zram{id}"),
+            path: format!("/dev/zram{id}"),
+            id,
+        };
+        std::fs::write(
+            format!("/sys/block/{}/disksize", z.name),
+            format!("{}", size_mib << 20),
+        )
+        .unwrap_or_else(|e| panic!("{} disksize: {e}", z.name));
+        assert!(
+            wait_for(Duration::from_secs(5), || std::path::Path::new(&z.path)
+                .exists()
+                .then_some(()))
+            .is_some(),
+            "{} did not appear",
+            z.path
+        );
+        Some(z)
+    }
+}
+
+impl Drop for Zram {
+    fn drop(&mut self) {
+        let _ = std::fs::write(format!("/sys/block/{}/reset", self.name), "1");
+        let _ = std::fs::write("/sys/class/zram-control/hot_remove", &self.id);
+    }
+}
+
 /// Whether the dm target `target` is available (dmsetup targets lists it once loaded), else
 /// [`skip`] (a failure under CI).
 fn require_dm(target: &str) -> bool {
@@ -154,16 +212,23 @@ fn scrape_with_diskstats(d: &Daemon, name: &str) -> (Metrics, DiskStats) {
 /// Waits until the daemon lists `name` in `GET /devices` with a slot of its own (`tracking`
 /// `full`: stall tracking), bio-based, with its dm name.
 fn wait_listed(d: &Daemon, dm: &DmDev) {
+    let listed = listed_bio_based(d, &dm.name);
+    assert_eq!(listed["dm_name"], dm.dm_name.as_str(), "{listed}");
+}
+
+/// `name`'s entry in `GET /devices` once it has a slot of its own (`tracking` `full`),
+/// checked to be bio-based.
+fn listed_bio_based(d: &Daemon, name: &str) -> Value {
     let listed = wait_for(Duration::from_secs(10), || {
         devices(d)["devices"]
             .as_array()?
             .iter()
-            .find(|x| x["device"] == dm.name.as_str() && x["tracking"] == "full")
+            .find(|x| x["device"] == name && x["tracking"] == "full")
             .cloned()
     })
-    .unwrap_or_else(|| panic!("{} not in /devices: {}", dm.name, devices(d)));
+    .unwrap_or_else(|| panic!("{name} not in /devices: {}", devices(d)));
     assert_eq!(listed["bio_based"], true, "{listed}");
-    assert_eq!(listed["dm_name"], dm.dm_name.as_str(), "{listed}");
+    listed
 }
 
 fn delta(m1: &Metrics, m0: &Metrics, name: &str, want: &[(&str, &str)]) -> f64 {
@@ -541,5 +606,108 @@ fn suspended_dm_holds_a_bio_in_flight() {
             &[("device", n), ("stage", "total")]
         ),
         0.0
+    );
+}
+
+/// A zram disk (bio-based on every kernel, this host's too; not ignored): 64 direct 4 KiB
+/// writes then 64 reads with fio are counted as its /proc/diskstats line and fio count them,
+/// with their bytes, in the total stage only, nothing left in flight; `/devices` marks it
+/// bio-based without a dm name.
+#[test]
+fn zram_bios_counted_as_its_diskstats() {
+    if !require_root_and(&["fio"]) {
+        return;
+    }
+    const IOS: u64 = 64;
+    let Some(z) = Zram::new(16) else { return };
+    let dir = TempDir::new("blkobs-stacked");
+    let daemon = daemon(&dir, "tp_btf");
+    let listed = listed_bio_based(&daemon, &z.name);
+    assert!(listed["dm_name"].is_null(), "{listed}");
+    quiesce(&z.name);
+    let (m0, d0) = scrape_with_diskstats(&daemon, &z.name);
+    let job = |rw: &str| {
+        fio(&[
+            &format!("--name={rw}"),
+            &format!("--filename={}", z.path),
+            "--direct=1",
+            "--invalidate=0",
+            "--ioengine=psync",
+            &format!("--rw={rw}"),
+            "--bs=4k",
+            &format!("--io_size={}k", IOS * 4),
+        ])
+    };
+    let w = job("write");
+    let r = job("read");
+    assert_eq!(
+        (
+            r["jobs"][0]["read"]["total_ios"].as_u64(),
+            w["jobs"][0]["write"]["total_ios"].as_u64()
+        ),
+        (Some(IOS), Some(IOS)),
+        "fio's own counts"
+    );
+    quiesce(&z.name);
+    let (m1, d1) = scrape_with_diskstats(&daemon, &z.name);
+    let n = z.name.as_str();
+    let ours = |op: &str| {
+        delta(
+            &m1,
+            &m0,
+            "blkobs_requests_total",
+            &[("device", n), ("op", op)],
+        )
+    };
+    let witness = (
+        (d1.reads - d0.reads) as f64,
+        (d1.writes - d0.writes) as f64,
+        (d1.flushes - d0.flushes) as f64,
+    );
+    eprintln!(
+        "{n}: ours reads/writes/flushes {:?}, diskstats {witness:?}, fio {IOS}/{IOS}",
+        (ours("read"), ours("write"), ours("flush"))
+    );
+    assert_eq!(
+        (ours("read"), ours("write"), ours("flush")),
+        witness,
+        "{n}: reads, writes, flushes vs its /proc/diskstats"
+    );
+    assert_eq!((ours("read"), ours("write")), (IOS as f64, IOS as f64));
+    assert_eq!(
+        delta(&m1, &m0, "blkobs_bytes_total", &[("device", n)]),
+        (2 * IOS * 4096) as f64
+    );
+    assert_eq!(
+        delta(
+            &m1,
+            &m0,
+            "blkobs_request_latency_seconds_count",
+            &[("device", n), ("stage", "total")]
+        ),
+        (2 * IOS) as f64
+    );
+    for stage in ["queue", "device"] {
+        assert_eq!(
+            m1.select(
+                "blkobs_request_latency_seconds_count",
+                &[("device", n), ("stage", stage)]
+            )
+            .count(),
+            0,
+            "{n}: no {stage}-stage series on a bio-based disk"
+        );
+    }
+    assert_eq!(
+        m1.select("blkobs_inflight_requests", &[("device", n)])
+            .map(|s| (s.labels["stage"].clone(), s.value))
+            .collect::<Vec<_>>(),
+        [("total".to_string(), 0.0)],
+        "{n}: one in-flight series, stage total, empty"
+    );
+    assert_eq!(
+        m1.select("blkobs_device_mapper_info", &[("device", n)])
+            .count(),
+        0
     );
 }
