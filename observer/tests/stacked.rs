@@ -548,14 +548,18 @@ fn suspended_dm_holds_a_bio_in_flight() {
             .unwrap(),
     };
     let n = dm.name.as_str();
-    let held = Duration::from_millis(1500);
-    let t0 = Instant::now();
-    let listed = wait_for(Duration::from_secs(10), || {
+    let inflight = || {
         let v = json(&daemon, &format!("/inflight?device={n}"));
-        let reqs = v["requests"].as_array().cloned().unwrap_or_default();
-        (t0.elapsed() >= held && !reqs.is_empty()).then_some(reqs)
+        v["requests"].as_array().cloned().unwrap_or_default()
+    };
+    // The bio entered before it is first seen listed: from then on it is held.
+    wait_for(Duration::from_secs(10), || {
+        (!inflight().is_empty()).then_some(())
     })
     .expect("the held read in /inflight");
+    let seen = Instant::now();
+    std::thread::sleep(Duration::from_millis(1500));
+    let listed = inflight();
     assert!(
         reader.child.try_wait().unwrap().is_none(),
         "the reader is blocked by the suspended disk"
@@ -566,7 +570,7 @@ fn suspended_dm_holds_a_bio_in_flight() {
     assert_eq!(r["op"], "read", "{r}");
     assert_eq!(r["submitter"]["comm"], "blkobs-dmreader", "{r}");
     assert_eq!(r["submitter"]["pid"], reader.child.id(), "{r}");
-    assert!(r["age_seconds"].as_f64().unwrap() >= 1.0, "{r}");
+    assert!(r["age_seconds"].as_f64().unwrap() >= 1.5, "{r}");
     let m = daemon.scrape();
     assert_eq!(
         m.sum(
@@ -586,7 +590,7 @@ fn suspended_dm_holds_a_bio_in_flight() {
             .any(|l| l.split_whitespace().eq([n, dm.dm_name.as_str()])),
         "/stalls names the dm disk:\n{text}"
     );
-    let hold = t0.elapsed().as_secs_f64();
+    let hold = seen.elapsed().as_secs_f64();
     dm.dmsetup("resume");
     let st = reader.child.wait().unwrap();
     assert!(st.success(), "the read completes after the resume");
