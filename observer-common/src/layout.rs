@@ -5,7 +5,7 @@
 //! value that differs between kernels is a field here instead of a constant in the programs.
 
 /// Offsets (bytes) and values read from kernel BTF. Set once before load; the verifier sees the
-/// values as constants (the global lives in `.rodata`). 36 `u32` fields then one `u64`: no
+/// values as constants (the global lives in `.rodata`). 38 `u32` fields then one `u64`: no
 /// implicit padding, since the struct is copied into the object byte for byte (add `u32`
 /// fields in pairs; a compile-time check below).
 #[repr(C)]
@@ -95,6 +95,11 @@ pub struct KernelLayout {
     /// `request::start_time_ns` and their original flags those of their first bio (`bi_opf`,
     /// which block/blk-flush.c leaves intact when it strips PREFLUSH/FUA from the request).
     pub enter_fallback: u32,
+    /// `struct bio::bi_status` (`blk_status_t`, u8): the error of a bio at `block_bio_complete`
+    /// (include/linux/blk_types.h), read for the bios of bio-based disks (dm, md).
+    pub bio_status: u32,
+    /// Always 0 (keeps the `u32` fields in pairs).
+    pub _pad0: u32,
     /// 1 when the programs run as `tp_btf`: struct fields are then read with direct loads,
     /// which the verifier checks against BTF; 0 (raw_tp) uses `bpf_probe_read_kernel`.
     pub direct_loads: u32,
@@ -142,13 +147,15 @@ impl KernelLayout {
         flag_meta: 0,
         flag_rahead: 0,
         enter_fallback: 0,
+        bio_status: 0,
+        _pad0: 0,
         direct_loads: 0,
         loaded_ns: 0,
     };
 }
 
-// No implicit padding: 36 × 4 bytes, then the u64.
-const _: () = assert!(core::mem::size_of::<KernelLayout>() == 36 * 4 + 8);
+// No implicit padding: 38 × 4 bytes, then the u64.
+const _: () = assert!(core::mem::size_of::<KernelLayout>() == 38 * 4 + 8);
 
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for KernelLayout {}

@@ -3,7 +3,7 @@
 //! | map | type | key | value |
 //! |---|---|---|---|
 //! | `INFLIGHT_SLOTS` | array of [`SLOTS`], index [`slot_index`]`(rq)` | [`Slot`]`<`[`Inflight`]`>` (key: `struct request *`) |
-//! | `INFLIGHT` | hash | `struct request *` as u64 | [`Inflight`] (requests whose slot another struct owns) |
+//! | `INFLIGHT` | hash | `struct request *` as u64 | [`Inflight`] (requests whose slot another struct owns; and, keyed by `struct bio *`, the bios of bio-based disks — dm, md, zram — from `block_bio_queue` to `block_bio_complete`, never dispatched) |
 //! | `BIO_SLOTS` | array of [`SLOTS`], index [`slot_index`]`(bio)` | [`Slot`]`<`[`BioQueued`]`>` (key: `struct bio *`) |
 //! | `BIO_QUEUED` | hash | `struct bio *` as u64 | [`BioQueued`] (bios whose leased slot another bio holds) |
 //! | `CLASS_STATS` | per-CPU hash | [`ClassKey`] | [`ClassStats`] |
@@ -79,8 +79,9 @@ pub const fn decode_user_dev(d: u32) -> (u32, u32) {
 }
 
 /// State of a request in flight, from `block_io_start` (or the flush request's dispatch) to its
-/// final completion. Timestamps are `bpf_ktime_get_ns()` (CLOCK_MONOTONIC, ns); 0 means "not
-/// seen".
+/// final completion; or of a bio of a bio-based disk (dm, md: no request ever carries it),
+/// from `block_bio_queue` to `block_bio_complete`, with `dispatch_ns` always 0. Timestamps are
+/// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC, ns); 0 means "not seen".
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Inflight {

@@ -16,7 +16,7 @@ use observer_common::{
     maps::{Counter, Inflight, Slot, SLOTS, SLOTS_MAP_FLAGS},
 };
 use observer_ebpf::{
-    kernel::{original_flags, read, rq_dev},
+    kernel::{disk_dev, original_flags, read, rq_dev},
     slots::{claim, owned},
     store::{fill, put},
 };
@@ -82,13 +82,87 @@ pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayou
             read(rq, l.rq_data_len),
         );
         // The submitting task: block_io_start runs in its context (never in an interrupt).
-        put(
-            addr_of_mut!((*e).pid),
-            (bpf_get_current_pid_tgid() >> 32) as u32,
+        submitter(e);
+    }
+}
+
+/// Writes the current task's pid (tgid), cgroup v2 id and command name into `e`.
+#[inline(always)]
+unsafe fn submitter(e: *mut Inflight) {
+    put(
+        addr_of_mut!((*e).pid),
+        (bpf_get_current_pid_tgid() >> 32) as u32,
+    );
+    put(addr_of_mut!((*e).cgroup), bpf_get_current_cgroup_id());
+    // Writes all 16 bytes (zeros on failure).
+    aya_ebpf::helpers::generated::bpf_get_current_comm(addr_of_mut!((*e).comm) as *mut _, 16);
+}
+
+/// Starts tracking a bio that entered a bio-based disk (`disk`: dm, md; block_bio_queue, in
+/// the submitting task), which no request will ever carry: an entry like a request's (entry
+/// time, class from `bi_opf`, log class, sector, size in bytes, submitter), never dispatched,
+/// keyed by the bio's address in the `INFLIGHT` hash map only (bio addresses are many and
+/// short-lived: they must not own `INFLIGHT_SLOTS` slots for good, see
+/// observer_common::maps::Slot). The entry is deleted at the bio's `block_bio_complete`
+/// (probes/rq_complete.rs, `bio_completed`). A live entry already at that address is a bio
+/// whose completion was not seen: counted as lost and replaced.
+#[inline(always)]
+pub fn enter_bio(bio: u64, disk: u64, l: &KernelLayout) {
+    let now = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
+    let e = match INFLIGHT.get_ptr_mut(&bio) {
+        Some(p) => {
+            let old = unsafe { &*p };
+            if old.is_live() {
+                lost(old);
+            }
+            p
+        }
+        None => {
+            let Some(zero) = ZERO_INFLIGHT.get_ptr(0) else {
+                return;
+            };
+            match INFLIGHT.insert(&bio, unsafe { &*zero }, BPF_NOEXIST as u64) {
+                Ok(()) | Err(-17) => {}
+                Err(_) => {
+                    count(Counter::InflightFull);
+                    return;
+                }
+            }
+            let Some(p) = INFLIGHT.get_ptr_mut(&bio) else {
+                return;
+            };
+            p
+        }
+    };
+    let dev = disk_dev(disk, l);
+    let disk_slot = dev_slot(dev);
+    let sector: u64 = read(bio, l.bio_sector);
+    let class = classify(read(bio, l.bio_opf), l) | log_class(dev, disk_slot, sector);
+    unsafe {
+        fill(
+            e,
+            now,
+            0,
+            dev,
+            disk_slot,
+            class,
+            sector,
+            read(bio, l.bio_size),
         );
-        put(addr_of_mut!((*e).cgroup), bpf_get_current_cgroup_id());
-        // Writes all 16 bytes (zeros on failure).
-        aya_ebpf::helpers::generated::bpf_get_current_comm(addr_of_mut!((*e).comm) as *mut _, 16);
+        submitter(e);
+    }
+}
+
+/// Takes the entry of a bio of a bio-based disk out of `INFLIGHT` (see [`enter_bio`]): its
+/// state if it was live.
+#[inline(always)]
+pub fn take_bio(bio: u64) -> Option<Inflight> {
+    let e = *unsafe { INFLIGHT.get(&bio) }?;
+    let _ = INFLIGHT.remove(&bio);
+    if e.is_live() {
+        Some(e)
+    } else {
+        None
     }
 }
 

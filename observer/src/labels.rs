@@ -32,6 +32,38 @@ pub fn device_name(dev: u32) -> String {
     }
 }
 
+/// Whether disk `dev` ([`observer_common::maps::mkdev`]) is bio-based (device-mapper, md,
+/// zram, ...): it exists and has no `/sys/dev/block/MAJ:MIN/mq` directory, which
+/// block/blk-mq-sysfs.c creates exactly for blk-mq queues (`queue->mq_ops` set, the test the
+/// programs make at `block_bio_queue`). Its bios never become requests: they are tracked from
+/// `block_bio_queue` to `block_bio_complete`, with no queue/device split. False for a disk
+/// that is gone.
+pub fn bio_based(dev: u32) -> bool {
+    bio_based_in(Path::new("/sys/dev/block"), dev)
+}
+
+fn bio_based_in(sys_dev_block: &Path, dev: u32) -> bool {
+    let d = sys_dev_block.join(format!("{}:{}", dev_major(dev), dev_minor(dev)));
+    d.join("dev").exists() && !d.join("mq").exists()
+}
+
+/// A device-mapper disk's name and uuid (`/sys/block/<disk>/dm/name`, `dm/uuid`,
+/// drivers/md/dm-sysfs.c), e.g. `("vg0-data", "LVM-...")`; `None` for any other disk. The uuid
+/// is empty when the table has none.
+pub fn device_mapper_name(disk: &str) -> Option<(String, String)> {
+    device_mapper_name_in(Path::new("/sys/block"), disk)
+}
+
+fn device_mapper_name_in(sys_block: &Path, disk: &str) -> Option<(String, String)> {
+    if disk.is_empty() || disk.contains('/') || disk.starts_with('.') {
+        return None;
+    }
+    let dm = sys_block.join(disk).join("dm");
+    let name = std::fs::read_to_string(dm.join("name")).ok()?;
+    let uuid = std::fs::read_to_string(dm.join("uuid")).unwrap_or_default();
+    Some((name.trim_end().to_string(), uuid.trim_end().to_string()))
+}
+
 /// Drops the remembered name of a forgotten device number (see [`device_name`]).
 pub fn forget_device_name(dev: u32) {
     LAST_NAMES.lock().expect("device names lock").remove(&dev);
@@ -147,6 +179,39 @@ mod tests {
             device_name_in(&dir, observer_common::maps::mkdev(259, 1)),
             "259:1"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Bio-based = present without `mq/`; dm names from `dm/name` and `dm/uuid` (fake sysfs).
+    #[test]
+    fn bio_based_disks_and_dm_names() {
+        use observer_common::maps::mkdev;
+        let dir = std::env::temp_dir().join(format!("obs-biobased-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (id, mq) in [("7:0", true), ("253:0", false)] {
+            std::fs::create_dir_all(dir.join(id)).unwrap();
+            std::fs::write(dir.join(id).join("dev"), format!("{id}\n")).unwrap();
+            if mq {
+                std::fs::create_dir_all(dir.join(id).join("mq")).unwrap();
+            }
+        }
+        assert!(!bio_based_in(&dir, mkdev(7, 0)));
+        assert!(bio_based_in(&dir, mkdev(253, 0)));
+        assert!(
+            !bio_based_in(&dir, mkdev(253, 1)),
+            "gone: not known to be bio-based"
+        );
+        let dm = dir.join("dm-0/dm");
+        std::fs::create_dir_all(&dm).unwrap();
+        std::fs::write(dm.join("name"), "vg0-data\n").unwrap();
+        std::fs::write(dm.join("uuid"), "LVM-abc\n").unwrap();
+        std::fs::create_dir_all(dir.join("md0")).unwrap();
+        assert_eq!(
+            device_mapper_name_in(&dir, "dm-0"),
+            Some(("vg0-data".into(), "LVM-abc".into()))
+        );
+        assert_eq!(device_mapper_name_in(&dir, "md0"), None);
+        assert_eq!(device_mapper_name_in(&dir, "../dm-0"), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,4 +1,4 @@
-//! `cargo xtask vmtest`: run a payload (default: the `matrix`, `held`, `lost` and `merges` integration tests)
+//! `cargo xtask vmtest`: run a payload (default: the [`GUEST_TESTS`] integration tests)
 //! inside Debian's 5.10, 6.1 and 6.12 cloud kernels, one after the other, in qemu (TCG: KVM guests hang on these
 //! machines). The guest's root is this host's root filesystem, shared read-only over virtiofs (the
 //! cloud kernels have no 9p), and the workspace is shared read-write at the same path, so host
@@ -139,9 +139,11 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
 
 /// The integration tests run in every guest by default: the kernel matrix proper, and the
 /// held-request tests (the reaper's request-state probe, flush sequences by `end_io` on kernels
-/// whose BTF lacks RQF_FLUSH_SEQ), the lost-completion test (none lost on these kernels) and
-/// the merge analysis against ftrace.
-const GUEST_TESTS: [&str; 4] = ["matrix", "held", "lost", "merges"];
+/// whose BTF lacks RQF_FLUSH_SEQ), the lost-completion test (none lost on these kernels), the
+/// merge analysis against ftrace, and the stacked (device-mapper) tests, which are `#[ignore]`d
+/// on hosts without dm modules and run here with `--include-ignored` (the other files have no
+/// ignored test it would enable).
+const GUEST_TESTS: [&str; 5] = ["matrix", "held", "lost", "merges", "stacked"];
 
 /// Builds [`GUEST_TESTS`] (and the daemon they run, via CARGO_BIN_EXE_observer) on the host and
 /// returns the command that runs them one after the other, stopping at the first failure.
@@ -170,7 +172,10 @@ fn build_matrix_test(root: &Path) -> Result<Vec<String>> {
             .strip_prefix(root)
             .map(|p| p.display().to_string())
             .unwrap_or(exe);
-        exes.push(format!("{} --test-threads=1 --nocapture", quote(&rel)));
+        exes.push(format!(
+            "{} --test-threads=1 --nocapture --include-ignored",
+            quote(&rel)
+        ));
     }
     Ok(vec![
         "/bin/sh".into(),

@@ -7,8 +7,9 @@
 //! merges into one (bio_merge.rs), or ends (`block_bio_complete(q, bio)`: also a bio that
 //! failed before it got a request, e.g. REQ_NOWAIT without a free tag, or merged without a
 //! tracepoint, a discard). Meanwhile the daemon lists it in `/inflight` as queued.
-//! Bios of bio-based disks (dm, md: `queue->mq_ops` NULL) never become requests there and are
-//! not kept.
+//! Bios of bio-based disks (dm, md: `queue->mq_ops` NULL) never become requests there: each
+//! gets an entry of its own in `INFLIGHT` (inflight.rs, `enter_bio`), aggregated at its
+//! `block_bio_complete` as a request with a total stage only (rq_complete.rs, `bio_completed`).
 use core::ptr::addr_of_mut;
 
 use aya_ebpf::{
@@ -30,7 +31,11 @@ use observer_ebpf::{
     store::put,
 };
 
-use crate::maps::{count, scalar};
+use super::rq_complete::bio_completed;
+use crate::{
+    inflight::enter_bio,
+    maps::{count, scalar},
+};
 
 /// Bios between entry and request whose slot another bio holds: address → entry
 /// (observer_common::maps::BIO_QUEUED).
@@ -48,6 +53,7 @@ fn on_bio_queue(c: &impl EbpfContext, i: usize) {
     let disk = bio_disk(bio, &l);
     let q: u64 = read(disk, l.disk_queue);
     if read::<u64>(q, l.q_mq_ops) == 0 {
+        enter_bio(bio, disk, &l);
         return;
     }
     let (queue_ns, sector, dev, size, pid, class) = (
@@ -111,10 +117,18 @@ pub fn forget(bio: u64) {
 }
 
 /// `block_bio_complete(struct request_queue *q, struct bio *bio, ...)` (the queue first on
-/// every kernel): the bio ended.
+/// every kernel; block/bio.c, bio_endio, only for bios that passed block_bio_queue): the bio
+/// ended. On a bio-based disk (`q->mq_ops` NULL) it is aggregated; else its entry is forgotten.
 #[inline(always)]
 fn on_bio_complete(c: &impl EbpfContext, i: usize) {
-    forget(arg(c, i));
+    let bio = arg(c, i);
+    let q = arg(c, i - 1);
+    let l = layout();
+    if q != 0 && read::<u64>(q, l.q_mq_ops) == 0 {
+        bio_completed(bio, &l);
+        return;
+    }
+    forget(bio);
 }
 
 programs!(on_bio_complete => "block_bio_complete", bio_complete, bio_complete_raw, 1);

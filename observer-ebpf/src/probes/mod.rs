@@ -7,7 +7,7 @@
 mod bio_merge;
 pub mod bio_queue;
 mod io_start;
-mod rq_complete;
+pub(crate) mod rq_complete;
 mod rq_insert;
 mod rq_issue;
 mod rq_merge;

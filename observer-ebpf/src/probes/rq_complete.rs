@@ -12,13 +12,13 @@ use observer_common::{
 };
 use observer_ebpf::{
     arg,
-    kernel::{bio_merges, in_flush_seq, is_flush, original_flags, rq_dev},
+    kernel::{bio_dev, bio_merges, in_flush_seq, is_flush, original_flags, rq_dev},
     layout, programs, read,
     store::observe,
 };
 
 use crate::{
-    inflight::{enter, free, live},
+    inflight::{enter, free, live, take_bio},
     maps::{count, emit, error_seen, stats, SETTINGS},
     stall,
 };
@@ -92,6 +92,62 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
             complete_ns: now,
             merges,
             status: error as u32,
+        });
+    }
+}
+
+/// The end of a bio of a bio-based disk (dm, md; `block_bio_complete`): counted like a
+/// request's final completion, with its size at entry as its bytes, its `bi_status` as its
+/// error, and only the total stage (entry → completion, btt Q2C): nothing is dispatched there.
+/// Its disk's device-stall state counts the bio as at the device from its entry. A bio not
+/// seen entering (queued before the programs were attached; `block_bio_complete` fires only
+/// for bios that passed `block_bio_queue`) is counted as untracked, with its error if any.
+#[inline(always)]
+pub fn bio_completed(bio: u64, l: &KernelLayout) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    let status: u8 = read(bio, l.bio_status);
+    let Some(mut e) = take_bio(bio) else {
+        let dev = bio_dev(bio, l);
+        if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), l)) {
+            unsafe { (*s).untracked += 1 };
+        }
+        if status != 0 {
+            error_seen(dev, 0, status as u64);
+        }
+        return;
+    };
+    e.bytes = e.size as u64;
+    if status != 0 {
+        error_seen(e.dev, e.class, status as u64);
+    }
+    let Some(s) = stats(e.dev, e.class) else {
+        return;
+    };
+    let s = unsafe { &mut *s };
+    s.requests += 1;
+    s.bytes += e.bytes;
+    if now < e.enter_ns {
+        count(Counter::ClockAnomalies);
+        return;
+    }
+    s.last_complete_ns = now;
+    stall::completed(e.dev, e.slot, e.class, e.enter_ns, now);
+    let total = now - e.enter_ns;
+    observe(&mut s.stages[Stage::Total as usize], total);
+    let lat = Latency {
+        queue: 0,
+        device: 0,
+        total,
+    };
+    if slow(e.class, &lat) {
+        s.slow += 1;
+        emit(&SlowEvent {
+            kind: EVENT_SLOW,
+            dev: e.dev,
+            req: e,
+            complete_ns: now,
+            merges: 0,
+            status: status as u32,
         });
     }
 }

@@ -323,6 +323,8 @@ impl KernelBtf {
             flag_meta: 1 << val(4)?,
             flag_rahead: 1 << val(5)?,
             enter_fallback: u32::from(self.tracepoint_args("block_io_start").is_none()),
+            bio_status: self.member_offset("bio", "bi_status")?,
+            _pad0: 0,
             direct_loads: 0,
             loaded_ns: 0,
         })
@@ -511,6 +513,7 @@ mod tests {
         assert_eq!(l.rq_end_io, offset("request", "end_io"));
         assert_eq!(l.rq_start_time_ns, offset("request", "start_time_ns"));
         assert_eq!(l.rq_state, offset("request", "state"));
+        assert_eq!(l.bio_status, offset("bio", "bi_status"));
         assert_eq!(btf.arg_layout("block_rq_issue"), Some(ArgLayout::Current));
         assert_eq!(btf.tracepoint_args("block_rq_complete").unwrap().len(), 3);
         assert!(btf.tracepoint_args("no_such_tracepoint").is_none());

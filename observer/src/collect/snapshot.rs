@@ -18,7 +18,7 @@ use crate::{
         maps::KernelMaps,
     },
     config::DeviceFilter,
-    labels::device_name,
+    labels::{bio_based, device_mapper_name, device_name},
     time::monotonic_ns,
 };
 
@@ -124,7 +124,8 @@ impl ClassTotals {
 /// Requests in flight on one device right now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InflightCounts {
-    /// Entered, not dispatched (or requeued and waiting for re-dispatch).
+    /// Entered, not dispatched (or requeued and waiting for re-dispatch). On a bio-based
+    /// disk ([`Self::bio_based`]): its bios in flight, entered and not completed (no stages).
     pub queue: u64,
     /// Dispatched to the driver, not completed.
     pub device: u64,
@@ -132,6 +133,9 @@ pub struct InflightCounts {
     pub oldest_queue_ns: u64,
     /// Age (ns) of the oldest request at the device (since its dispatch), 0 if none.
     pub oldest_device_ns: u64,
+    /// The disk is bio-based ([`crate::labels::bio_based`]: dm, md): `queue` and
+    /// `oldest_queue_ns` count its bios in flight since their entry, exported as stage `total`.
+    pub bio_based: bool,
 }
 
 /// Global self-monitoring counters, summed over CPUs (see [`Counter`]).
@@ -181,6 +185,9 @@ pub struct Snapshot {
     pub class_stats_entries: (u64, u32),
     /// Per-device slots in use, capacity, and degraded disks.
     pub slots: SlotCounts,
+    /// Device-mapper disks among `inflight`'s: device → (dm name, dm uuid)
+    /// ([`crate::labels::device_mapper_name`]).
+    pub device_mapper: BTreeMap<String, (String, String)>,
 }
 
 impl Snapshot {
@@ -199,7 +206,22 @@ impl Snapshot {
         s.inflight_entries = (n_inflight, maps.inflight_capacity);
         s.class_stats_entries = (n_stats, maps.class_stats_capacity);
         s.slots = SlotCounts::read(maps);
+        for (dev, c) in &s.inflight {
+            if c.bio_based {
+                if let Some(dm) = device_mapper_name(dev) {
+                    s.device_mapper.insert(dev.clone(), dm);
+                }
+            }
+        }
         s
+    }
+
+    /// The in-flight counts of disk `name` (number `dev`), created on first use.
+    fn counts(&mut self, name: String, dev: u32) -> &mut InflightCounts {
+        self.inflight.entry(name).or_insert_with(|| InflightCounts {
+            bio_based: bio_based(dev),
+            ..InflightCounts::default()
+        })
     }
 
     /// Sums `CLASS_STATS` over CPUs per (device, class); returns the number of map entries.
@@ -219,7 +241,7 @@ impl Snapshot {
             let Some((dev, t)) = t else {
                 continue;
             };
-            self.inflight.entry(dev.clone()).or_default();
+            self.counts(dev.clone(), key.dev);
             match self.classes.entry((dev, Class(key.class))) {
                 Entry::Vacant(e) => {
                     e.insert(t);
@@ -259,7 +281,7 @@ impl Snapshot {
             let Some(dev) = names.get(e.dev) else {
                 return;
             };
-            let c = self.inflight.entry(dev).or_default();
+            let c = self.counts(dev, e.dev);
             if e.at_device() {
                 c.device += 1;
                 c.oldest_device_ns = c.oldest_device_ns.max(now.saturating_sub(e.dispatch_ns));

@@ -21,7 +21,8 @@
 //! | `blkobs_events_received_total` | counter | kind |
 //! | `blkobs_events_dropped_total` | counter | reason |
 //! | `blkobs_request_errors_total` | counter | device, op, status |
-//! | `blkobs_inflight_requests` | gauge | device, stage (queue, device) |
+//! | `blkobs_inflight_requests` | gauge | device, stage (queue, device; total on bio-based disks) |
+//! | `blkobs_device_mapper_info` | gauge (`inflight.rs`), 1 per dm disk | device, name, uuid |
 //! | `blkobs_fs_log_sectors` | gauge (`fslog/metrics.rs`) | device, fs_device, fstype, mountpoint, kind, start |
 //! | `blkobs_fs_log_status` | gauge (`fslog/metrics.rs`), 1 per filesystem | device, fs_device, fstype, mountpoint, status (found, no_journal, unreadable, no_device_node, invalid, external_log_missing, io_error) |
 //! | `blkobs_fs_log_warnings` | gauge (`fslog/metrics.rs`) | |
@@ -131,6 +132,7 @@ mod tests {
                     device: 3,
                     oldest_queue_ns: 1_234_567 * d as u64,
                     oldest_device_ns: 987_654_321,
+                    bio_based: false,
                 },
             );
             s.errors

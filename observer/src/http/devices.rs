@@ -71,6 +71,12 @@ pub struct Device {
     pub sectors: u64,
     /// `queue/write_cache`: `write back` or `write through`.
     pub write_cache: String,
+    /// Bio-based (device-mapper, md, ...: no `mq/` directory, see
+    /// [`crate::labels::bio_based`]): its bios are tracked from entry to completion, total
+    /// stage only.
+    pub bio_based: bool,
+    /// A device-mapper disk's name (`dm/name`, e.g. `vg0-data`); null for other disks.
+    pub dm_name: Option<String>,
     /// Whether the disk has a per-device slot: `full` (log classification and stall
     /// detection), `pending` (not indexed yet) or `degraded` (more disks than slots).
     pub tracking: Tracking,
@@ -124,6 +130,10 @@ pub fn body(sys_block: &Path, d: Discovery, slots: &SlotTable) -> DevicesBody {
             dev,
             sectors,
             write_cache: read(&dir.join("queue/write_cache")),
+            bio_based: !dir.join("mq").exists(),
+            dm_name: std::fs::read_to_string(dir.join("dm/name"))
+                .ok()
+                .map(|n| n.trim_end().to_string()),
             partitions: partitions(&dir),
             filesystems: filesystems_on(&name, &d),
             log_ranges: d.ranges.get(&name).cloned().unwrap_or_default(),

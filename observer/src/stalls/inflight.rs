@@ -12,7 +12,7 @@ use crate::{
         maps::KernelMaps,
     },
     config::DeviceFilter,
-    labels::{comm, device_name, ClassInfo},
+    labels::{bio_based, comm, device_name, ClassInfo},
     time::Clock,
 };
 
@@ -48,6 +48,7 @@ pub fn inflight(
         ..Inflight::default()
     }));
     all.sort_by_key(Inflight::start_ns);
+    let mut bio_based_disks = std::collections::BTreeMap::new();
     let mut out = Vec::new();
     for e in all {
         let name = device_name(e.dev);
@@ -60,10 +61,20 @@ pub fn inflight(
             continue;
         }
         let at_device = e.at_device();
+        // A bio of a bio-based disk (dm, md): in flight since its entry, no stages.
+        let bio = *bio_based_disks
+            .entry(e.dev)
+            .or_insert_with(|| bio_based(e.dev));
         out.push(InflightRequest {
             device: name,
             class: ClassInfo::of(e.class),
-            stage: if at_device { "device" } else { "queue" },
+            stage: if bio {
+                "total"
+            } else if at_device {
+                "device"
+            } else {
+                "queue"
+            },
             age_seconds: age as f64 * 1e-9,
             stage_seconds: clock.mono_now.saturating_sub(if at_device {
                 e.dispatch_ns

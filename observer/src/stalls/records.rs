@@ -33,7 +33,8 @@ pub struct SlowRequest {
     pub sector: u64,
     /// Bytes completed.
     pub bytes: u64,
-    /// Entered → dispatched (s); null for the flush request (never entered).
+    /// Entered → dispatched (s); null for the flush request (never entered) and for a bio of a
+    /// bio-based disk (dm, md: total only).
     pub queue_seconds: Option<f64>,
     /// Dispatched → completed (s); null if never dispatched itself.
     pub device_seconds: Option<f64>,
@@ -58,7 +59,8 @@ pub struct InflightRequest {
     #[serde(flatten)]
     pub class: ClassInfo,
     /// `queue` (waiting for dispatch, or requeued; or a bio with no request yet: sleeping for a
-    /// request slot, or throttled) or `device` (at the driver).
+    /// request slot, or throttled) or `device` (at the driver); `total` for a bio of a
+    /// bio-based disk (dm, md), in flight since its entry, with no stages.
     pub stage: &'static str,
     /// Time since it entered (or was dispatched, for the flush request), seconds.
     pub age_seconds: f64,
@@ -123,4 +125,8 @@ pub struct StallReport {
     pub episodes: Vec<Episode>,
     /// Slow completed requests, newest first.
     pub slow: Vec<SlowRequest>,
+    /// The device-mapper names of the dm disks above (`dm-0` → `vg0-data`), for the text
+    /// table's footer (JSON clients have them in `GET /devices`, `dm_name`).
+    #[serde(skip)]
+    pub dm_names: BTreeMap<String, String>,
 }

@@ -17,7 +17,9 @@ use crate::{
     bpf::{batch::read_inflight, maps::KernelMaps},
     collect::events::History,
     config::DeviceFilter,
-    labels::{comm, device_name, stall_kind_name, status_name, ClassInfo},
+    labels::{
+        bio_based, comm, device_mapper_name, device_name, stall_kind_name, status_name, ClassInfo,
+    },
     time::Clock,
 };
 
@@ -59,11 +61,19 @@ pub fn report(input: &ReportInput) -> StallReport {
     ended_episodes(input, &clock, &mut episodes);
     episodes.truncate(input.query.limit);
     let slow = slow_requests(input, &clock, &mut cg);
+    let dm_names = stuck
+        .iter()
+        .map(|r| &r.device)
+        .chain(episodes.iter().map(|e| &e.device))
+        .chain(slow.iter().map(|s| &s.device))
+        .filter_map(|d| Some((d.clone(), device_mapper_name(d)?.0)))
+        .collect();
     StallReport {
         now: clock.rfc3339(clock.mono_now),
         stuck,
         episodes,
         slow,
+        dm_names,
     }
 }
 
@@ -106,18 +116,28 @@ fn ongoing_episodes(input: &ReportInput, entries: &[Inflight], clock: &Clock) ->
             continue;
         }
         let ds = input.maps.devstate_of(dev).unwrap_or_default();
-        let at_device: Vec<&Inflight> = reqs.iter().copied().filter(|e| e.at_device()).collect();
+        // A bio-based disk's bios (dm, md) are at the device from their entry: nothing is
+        // dispatched there (the programs end its device stalls at each bio completion).
+        let bio = bio_based(dev);
+        let at_device: Vec<&Inflight> = reqs
+            .iter()
+            .copied()
+            .filter(|e| bio || e.at_device())
+            .collect();
         let queued: Vec<&Inflight> = reqs
             .iter()
             .copied()
-            .filter(|e| e.enter_ns != 0 && !e.at_device())
+            .filter(|e| !bio && e.enter_ns != 0 && !e.at_device())
             .collect();
         for (kind, set, last, first) in [
             (
                 "device",
                 &at_device,
                 ds.last_complete_ns,
-                at_device.iter().map(|e| e.dispatch_ns).min(),
+                at_device
+                    .iter()
+                    .map(|e| if bio { e.enter_ns } else { e.dispatch_ns })
+                    .min(),
             ),
             (
                 "dispatch",
@@ -248,7 +268,9 @@ fn slow_request(
         class: ClassInfo::of(e.class),
         sector: e.sector,
         bytes: e.bytes,
-        queue_seconds: (e.enter_ns != 0).then(|| (queue_end - e.enter_ns) as f64 * 1e-9),
+        // A bio of a bio-based disk (dm, md) has its total only.
+        queue_seconds: (e.enter_ns != 0 && !bio_based(ev.dev))
+            .then(|| (queue_end - e.enter_ns) as f64 * 1e-9),
         device_seconds: (e.dispatch_ns != 0)
             .then(|| (ev.complete_ns - e.dispatch_ns) as f64 * 1e-9),
         total_seconds: (ev.complete_ns - start) as f64 * 1e-9,

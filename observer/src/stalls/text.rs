@@ -29,6 +29,15 @@ pub fn render_text(r: &StallReport) -> String {
     stuck_table(&mut o, r);
     episodes_table(&mut o, r);
     slow_table(&mut o, r);
+    if !r.dm_names.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nDEVICE-MAPPER NAMES (stage total: bio-based, no queue/device split)"
+        );
+        for (dev, name) in &r.dm_names {
+            let _ = writeln!(o, "{dev:<10} {name}");
+        }
+    }
     o
 }
 
