@@ -16,7 +16,7 @@ use observer_common::{
     maps::{Counter, Inflight, Slot, SLOTS, SLOTS_MAP_FLAGS},
 };
 use observer_ebpf::{
-    kernel::{original_flags, read, rq_dev},
+    kernel::{bio_owner, original_flags, read, rq_dev},
     slots::{claim, owned},
     store::{fill, put},
 };
@@ -26,7 +26,7 @@ use observer_ebpf::{
 pub static INFLIGHT_SLOTS: Array<Slot<Inflight>> = Array::with_max_entries(SLOTS, SLOTS_MAP_FLAGS);
 
 use crate::{
-    maps::{count, dev_slot, log_class, scalar, stats, INFLIGHT, ZERO_INFLIGHT},
+    maps::{count, dev_slot, log_class, owner_count, scalar, stats, INFLIGHT, ZERO_INFLIGHT},
     probes::bio_queue::queued_at,
 };
 
@@ -49,9 +49,10 @@ pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayou
         }
     }
     let sector: u64 = read(rq, l.rq_sector);
+    let bio: u64 = read(rq, l.rq_bio);
     // The queue stage starts when the first bio entered (btt Q), if seen: before the request
     // existed (a tag wait, throttling) and, on the fallback kernels, before the insert.
-    if let Some(q) = queued_at(read(rq, l.rq_bio)) {
+    if let Some(q) = queued_at(bio) {
         if enter_ns == 0 || q < enter_ns {
             enter_ns = q;
         }
@@ -87,6 +88,9 @@ pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayou
             (bpf_get_current_pid_tgid() >> 32) as u32,
         );
         put(addr_of_mut!((*e).cgroup), bpf_get_current_cgroup_id());
+        // The owner: the first bio's cgroup (a request merging bios of several cgroups is
+        // counted for its first bio's; bios merged later are not read).
+        put(addr_of_mut!((*e).owner_cgroup), bio_owner(bio));
         // Writes all 16 bytes (zeros on failure).
         aya_ebpf::helpers::generated::bpf_get_current_comm(addr_of_mut!((*e).comm) as *mut _, 16);
     }
@@ -136,6 +140,7 @@ pub fn lost(e: &Inflight) {
         s.lost += 1;
         s.dispatch.record(e.size, e.bios, e.missed);
     }
+    owner_count(e.dev, e.class, e.owner_cgroup, 0);
 }
 
 /// The live entry of a request, if any (free entries are kept for reuse, see

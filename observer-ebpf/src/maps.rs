@@ -6,8 +6,8 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use observer_common::maps::{
-    ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges, Settings, DEV_SLOTS,
-    EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES, NO_SLOT,
+    ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges, OwnerKey, OwnerStats,
+    Settings, DEV_SLOTS, EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES, NO_SLOT, OWNER_STATS_ENTRIES,
 };
 use observer_ebpf::store::{entry, put};
 
@@ -21,6 +21,11 @@ static CLASS_STATS: PerCpuHashMap<ClassKey, ClassStats> = PerCpuHashMap::with_ma
 static ERRORS: PerCpuHashMap<ErrorKey, u64> = PerCpuHashMap::with_max_entries(1024, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
+/// Completed requests and bytes per (disk, class, owner cgroup), written only while
+/// `Settings::owner_stats` is 1 (observer_common::maps::OWNER_STATS).
+#[map]
+static OWNER_STATS: PerCpuHashMap<OwnerKey, OwnerStats> =
+    PerCpuHashMap::with_max_entries(OWNER_STATS_ENTRIES, 0);
 /// Slow thresholds and stall threshold, written by the daemon.
 #[map]
 pub static SETTINGS: Array<Settings> = Array::with_max_entries(1, 0);
@@ -121,6 +126,44 @@ pub fn stats(dev: u32, class: u16) -> Option<*mut ClassStats> {
         count(Counter::StatsFull);
     }
     p
+}
+
+/// Counts a completed request (`bytes`: 0 for a lost one) for its owner cgroup in
+/// `OWNER_STATS`, if `Settings::owner_stats` is on: one array lookup when off; when on, a hash
+/// lookup (and an insert for a new triple; [`Counter::OwnerStatsFull`] when the map is full).
+#[inline(always)]
+pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
+    match SETTINGS.get(0) {
+        Some(s) if s.owner_stats != 0 => {}
+        _ => return,
+    }
+    let key = OwnerKey {
+        dev,
+        class,
+        _pad: 0,
+        cgroup,
+    };
+    if let Some(p) = OWNER_STATS.get_ptr_mut(&key) {
+        unsafe {
+            (*p).requests += 1;
+            (*p).bytes += bytes;
+        }
+        return;
+    }
+    let v = OwnerStats { requests: 1, bytes };
+    match OWNER_STATS.insert(&key, &v, BPF_NOEXIST as u64) {
+        Ok(()) => {}
+        // Inserted meanwhile by another CPU's program: this CPU's own copy was zeroed with it.
+        Err(-17) => {
+            if let Some(p) = OWNER_STATS.get_ptr_mut(&key) {
+                unsafe {
+                    (*p).requests += 1;
+                    (*p).bytes += bytes;
+                }
+            }
+        }
+        Err(_) => count(Counter::OwnerStatsFull),
+    }
 }
 
 #[inline(always)]

@@ -11,7 +11,7 @@ use aya::{
 };
 use observer_common::maps::{
     self as m, BioQueued, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges,
-    MissedMerge, Settings, Slot,
+    MissedMerge, OwnerKey, OwnerStats, Settings, Slot,
 };
 
 use super::{
@@ -52,6 +52,11 @@ pub struct KernelMaps {
     pub merge_pairs: PerCpuArray<MapData, MissedMerge>,
     /// `MERGE_CURSOR`: pairs each CPU has written to its ring, ever (read only).
     pub merge_cursor: PerCpuArray<MapData, u64>,
+    /// `OWNER_STATS`: (dev, class, owner cgroup id) → per-CPU requests and bytes (read only;
+    /// written by the programs while `[cgroups] label` is on).
+    pub owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats>,
+    /// Owner cgroup id → `cgroup` label value, kept across scrapes.
+    pub owner_names: Mutex<crate::stalls::LabelNames>,
     /// Capacity of `INFLIGHT` (entries).
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
@@ -146,6 +151,9 @@ impl KernelMaps {
                 .map_err(conv(m::MERGE_PAIRS))?,
             merge_cursor: PerCpuArray::try_from(take(m::MERGE_CURSOR)?)
                 .map_err(conv(m::MERGE_CURSOR))?,
+            owner_stats: PerCpuHashMap::try_from(take(m::OWNER_STATS)?)
+                .map_err(conv(m::OWNER_STATS))?,
+            owner_names: Mutex::default(),
             inflight_capacity,
             class_stats_capacity,
         })
@@ -157,6 +165,15 @@ impl KernelMaps {
             .lock()
             .expect("dev slots lock")
             .devstate_of(dev)
+    }
+
+    /// Whether the programs count requests per owner cgroup now (`SETTINGS`' `owner_stats`).
+    pub fn owner_stats_on(&self) -> bool {
+        self.settings
+            .lock()
+            .expect("settings lock")
+            .get(&0, 0)
+            .is_ok_and(|s| s.owner_stats != 0)
     }
 
     /// Writes new thresholds for the programs (takes effect at the next event).

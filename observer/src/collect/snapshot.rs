@@ -151,6 +151,8 @@ pub struct SelfCounters {
     pub bio_queued_full: u64,
     /// [`Counter::Unindexed`].
     pub unindexed: u64,
+    /// [`Counter::OwnerStatsFull`].
+    pub owner_stats_full: u64,
 }
 
 /// The per-device slots (see [`crate::bpf::devslots`]).
@@ -181,6 +183,11 @@ pub struct Snapshot {
     pub class_stats_entries: (u64, u32),
     /// Per-device slots in use, capacity, and degraded disks.
     pub slots: SlotCounts,
+    /// While `[cgroups] label` is on: (device, class, owner cgroup label) → (requests, bytes)
+    /// from `OWNER_STATS`, plus the reaper's retired requests under the unknown owner `""`;
+    /// `None` while off. The label is the cgroup's path, `""` (unknown owner) or `id:<id>`
+    /// (a cgroup not in the tree).
+    pub owners: Option<BTreeMap<(String, Class, String), (u64, u64)>>,
 }
 
 impl Snapshot {
@@ -199,7 +206,44 @@ impl Snapshot {
         s.inflight_entries = (n_inflight, maps.inflight_capacity);
         s.class_stats_entries = (n_stats, maps.class_stats_capacity);
         s.slots = SlotCounts::read(maps);
+        if maps.owner_stats_on() {
+            s.add_owners(maps, reaped, &mut names);
+        }
         s
+    }
+
+    /// Sums `OWNER_STATS` over CPUs per (device, class, owner cgroup label); adds the reaper's
+    /// retired requests (counted lost, as in `classes`) under the unknown owner.
+    fn add_owners(&mut self, maps: &KernelMaps, reaped: &Reaped, names: &mut DeviceNames) {
+        let read = read_percpu_hash(
+            &maps.owner_stats,
+            |_| (0u64, 0u64),
+            |a, v| {
+                a.0 += v.requests;
+                a.1 += v.bytes;
+            },
+        );
+        let mut labels = maps.owner_names.lock().expect("owner names lock");
+        let mut out: BTreeMap<(String, Class, String), (u64, u64)> = BTreeMap::new();
+        for (key, (requests, bytes)) in read {
+            let Some(dev) = names.get(key.dev) else {
+                continue;
+            };
+            let o = out
+                .entry((dev, Class(key.class), labels.label(key.cgroup)))
+                .or_default();
+            o.0 += requests;
+            o.1 += bytes;
+        }
+        for (key, r) in reaped.0.lock().expect("reaper lock").iter() {
+            let Some(dev) = names.get(key.dev) else {
+                continue;
+            };
+            out.entry((dev, Class(key.class), String::new()))
+                .or_default()
+                .0 += r.requests;
+        }
+        self.owners = Some(out);
     }
 
     /// Sums `CLASS_STATS` over CPUs per (device, class); returns the number of map entries.
@@ -302,6 +346,7 @@ impl SelfCounters {
             events_dropped: counter(Counter::EventsDropped),
             bio_queued_full: counter(Counter::BioQueuedFull),
             unindexed: counter(Counter::Unindexed),
+            owner_stats_full: counter(Counter::OwnerStatsFull),
         }
     }
 }
