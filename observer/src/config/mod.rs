@@ -557,6 +557,13 @@ mod tests {
         let e = c.load_web_config().unwrap_err();
         assert!(matches!(e, ConfigError::Web { .. }), "{e}");
         assert!(Config::default().load_web_config().unwrap().is_none());
+        let c = Config::from_toml("[cgroups]\nlabel = true", "t").unwrap();
+        assert_eq!(c.kernel_settings().owner_stats, 1);
+        assert_eq!(Config::default().kernel_settings().owner_stats, 0);
+        let e = Config::from_toml("[cgroups]\nlabel = 1", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cgroups.label"), "{e}");
         let c = Config::from_toml("[merges]\nwindow = \"250us\"", "t").unwrap();
         assert_eq!(c.kernel_settings().merge_window_ns, 250_000);
         assert_eq!(
