@@ -106,6 +106,8 @@ impl KernelMaps {
             PerCpuHashMap::try_from(take(m::CLASS_STATS)?).map_err(conv(m::CLASS_STATS))?;
         let errors: PerCpuHashMap<MapData, ErrorKey, u64> =
             PerCpuHashMap::try_from(take(m::ERRORS)?).map_err(conv(m::ERRORS))?;
+        let owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats> =
+            PerCpuHashMap::try_from(take(m::OWNER_STATS)?).map_err(conv(m::OWNER_STATS))?;
         let gone = GoneDevices::new(
             PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
                 IterableMap::map(&class_stats),
@@ -117,6 +119,11 @@ impl KernelMaps {
                 m::ERRORS,
             )?))
             .map_err(conv(m::ERRORS))?,
+            PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
+                IterableMap::map(&owner_stats),
+                m::OWNER_STATS,
+            )?))
+            .map_err(conv(m::OWNER_STATS))?,
         );
         Ok(KernelMaps {
             inflight: InflightMaps {
@@ -151,8 +158,7 @@ impl KernelMaps {
                 .map_err(conv(m::MERGE_PAIRS))?,
             merge_cursor: PerCpuArray::try_from(take(m::MERGE_CURSOR)?)
                 .map_err(conv(m::MERGE_CURSOR))?,
-            owner_stats: PerCpuHashMap::try_from(take(m::OWNER_STATS)?)
-                .map_err(conv(m::OWNER_STATS))?,
+            owner_stats,
             owner_names: Mutex::default(),
             inflight_capacity,
             class_stats_capacity,
