@@ -166,6 +166,9 @@ pub struct SlotCounts {
     pub degraded: u64,
 }
 
+/// (device, class, owner cgroup label) → (requests, bytes): the `cgroup`-labelled counters.
+pub type OwnerTotals = BTreeMap<(String, Class, String), (u64, u64)>;
+
 /// A read of all maps.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
@@ -187,7 +190,7 @@ pub struct Snapshot {
     /// from `OWNER_STATS`, plus the reaper's retired requests under the unknown owner `""`;
     /// `None` while off. The label is the cgroup's path, `""` (unknown owner) or `id:<id>`
     /// (a cgroup not in the tree).
-    pub owners: Option<BTreeMap<(String, Class, String), (u64, u64)>>,
+    pub owners: Option<OwnerTotals>,
 }
 
 impl Snapshot {
@@ -224,7 +227,7 @@ impl Snapshot {
             },
         );
         let mut labels = maps.owner_names.lock().expect("owner names lock");
-        let mut out: BTreeMap<(String, Class, String), (u64, u64)> = BTreeMap::new();
+        let mut out = OwnerTotals::new();
         for (key, (requests, bytes)) in read {
             let Some(dev) = names.get(key.dev) else {
                 continue;
