@@ -175,6 +175,13 @@ fn direct_write_owner_is_the_writers_cgroup() {
     {
         return;
     }
+    // Where cgroup v2 has the io controller (the VMs), enable it for the group, so that the
+    // owner is the group itself; elsewhere the witness below says what to expect.
+    let _io = if io_hierarchy() == 0 {
+        Subtree::enable(&["io"])
+    } else {
+        None
+    };
     let tmp = TempDir::new("blkobs-owner");
     let dev = LoopDev::new(64, "none");
     let d = daemon(&tmp, &dev.name);
@@ -347,16 +354,30 @@ fn writeback_bytes_equal_the_owners_io_stat() {
         .collect();
     assert!(!owned.is_empty(), "requests owned by {} in /stalls", a.rel);
     assert_eq!(owned[0]["owner_cgroup_id"], a.id());
-    let inside = owned
+    let inside: Vec<&Value> = owned
         .iter()
         .filter(|s| s["submitter"]["cgroup"] == a.rel.as_str())
-        .count();
+        .collect();
+    let writes_inside = inside.iter().filter(|s| s["op"] == "write").count();
     eprintln!(
-        "[{kernel}] {} slow records owned by {}, {inside} of them submitted from inside it; first submitter {}",
+        "[{kernel}] {} slow records owned by {}, {} of them submitted from inside it ({:?}), \
+         {writes_inside} writes; first submitter {}",
         owned.len(),
         a.rel,
+        inside.len(),
+        inside
+            .iter()
+            .map(|s| format!("{} {}", s["rwbs"], s["submitter"]["comm"]))
+            .collect::<Vec<_>>(),
         owned[0]["submitter"]
     );
-    assert_eq!(inside, 0, "write-back submitted from inside {}", a.rel);
+    // dd itself reads the filesystem's metadata (owned by /a, submitted inside it); the
+    // write-back is submitted by the flusher or by sync, outside.
+    assert_eq!(
+        writes_inside, 0,
+        "write-back submitted from inside {}",
+        a.rel
+    );
+    assert!(owned.iter().any(|s| s["op"] == "write"));
     drop(d);
 }
