@@ -157,5 +157,57 @@ impl KernelLayout {
 // No implicit padding: 38 × 4 bytes, then the u64.
 const _: () = assert!(core::mem::size_of::<KernelLayout>() == 38 * 4 + 8);
 
+/// Offsets (bytes) of the chain from a bio to the cgroup that owns it, read from kernel BTF by
+/// member name, in a read-only global of their own (`OWNER_LAYOUT`): the programs read its
+/// fields one by one where the owner is read (once per request, at entry) instead of copying
+/// them with [`KernelLayout`] into every program's stack.
+///
+/// `bio->bi_blkg->blkcg->css.cgroup->kn->id`: the cgroup v2 id the bio is charged to (the
+/// `io.stat` that counts it: block/blk-cgroup.c, blk_cgroup_bio_start), the same id
+/// `bpf_get_current_cgroup_id` returns for a task in that cgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnerLayout {
+    /// 1 when the kernel's BTF has every member below and `kernfs_node::id` is 8 bytes (u64
+    /// since 5.5); 0 otherwise, e.g. without CONFIG_BLK_CGROUP (no `bio::bi_blkg`): every
+    /// request's owner is then unknown (0).
+    pub blk_cgroup: u32,
+    /// `struct bio::bi_blkg` (`struct blkcg_gq *`): the (cgroup, queue) pair the bio is charged
+    /// to, set when the bio is created (bio_associate_blkg*; for write-back the dirtied
+    /// inode's owner: wbc_init_bio).
+    pub bio_blkg: u32,
+    /// `struct blkcg_gq::blkcg` (`struct blkcg *`).
+    pub blkg_blkcg: u32,
+    /// `struct blkcg::css` + `struct cgroup_subsys_state::cgroup` (`struct cgroup *`: the
+    /// cgroup whose io controller state it is).
+    pub blkcg_cgroup: u32,
+    /// `struct cgroup::kn` (`struct kernfs_node *`: the cgroup's directory).
+    pub cgroup_kn: u32,
+    /// `struct kernfs_node::id` (u64: the cgroup id, the inode number of its directory).
+    pub kn_id: u32,
+    /// `struct cgroup::root` (`struct cgroup_root *`).
+    pub cgroup_root: u32,
+    /// `struct cgroup_root::hierarchy_id` (int): 0 is the cgroup v2 hierarchy (cgrp_dfl_root).
+    /// An io controller on a v1 `blkio` hierarchy has another, and its cgroups' kernfs ids are
+    /// not cgroup v2 ids: their owner is reported unknown.
+    pub root_hierarchy_id: u32,
+}
+
+impl OwnerLayout {
+    /// All zero: the placeholder compiled into the programs (owner unknown).
+    pub const ZERO: OwnerLayout = OwnerLayout {
+        blk_cgroup: 0,
+        bio_blkg: 0,
+        blkg_blkcg: 0,
+        blkcg_cgroup: 0,
+        cgroup_kn: 0,
+        kn_id: 0,
+        cgroup_root: 0,
+        root_hierarchy_id: 0,
+    };
+}
+
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for KernelLayout {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for OwnerLayout {}

@@ -15,6 +15,7 @@
 //! | `LOG_RANGES` | array of [`DEV_SLOTS`], index = slot | [`LogRanges`] (written by the daemon only) |
 //! | `MERGE_PAIRS` | per-CPU array of [`MERGE_PAIRS_PER_CPU`], index = cursor mod size | [`MissedMerge`]: each CPU's latest missed adjacent merges |
 //! | `MERGE_CURSOR` | per-CPU array, 1 entry | u64: pairs written to `MERGE_PAIRS` on that CPU, ever |
+//! | `OWNER_STATS` | per-CPU hash, [`OWNER_STATS_ENTRIES`] | [`OwnerKey`] | [`OwnerStats`] (only while [`Settings::owner_stats`] is 1) |
 //!
 //! **Per-device slots.** The daemon gives every disk it sees (with media, in `/sys/block`) its
 //! own slot of the per-device arrays and publishes it in `DEV_INDEX`: no two disks ever share
@@ -123,6 +124,12 @@ pub struct Inflight {
     pub missed: u8,
     /// Always 0.
     pub _pad: u8,
+    /// The cgroup v2 id that owns the I/O: the cgroup its first bio is charged to
+    /// (`bio->bi_blkg->blkcg->css.cgroup->kn->id`, set by the block layer when the bio was
+    /// created: for write-back, the dirtied inode's owner, not the flusher's), read when the
+    /// request enters. 0 when unknown: the flush request (no bio), a kernel without
+    /// CONFIG_BLK_CGROUP, a bio without a blkg, or an io controller on a cgroup v1 hierarchy.
+    pub owner_cgroup: u64,
 }
 
 impl Inflight {
@@ -349,6 +356,42 @@ pub struct Settings {
     /// Missed adjacent merges: the most time (ns) between two dispatches on a device for the
     /// second to count as one ([`crate::merges::is_missed_merge`]); 0 disables the check.
     pub merge_window_ns: u64,
+    /// 1: completed requests are also counted per owner cgroup in `OWNER_STATS`
+    /// (`[metrics] cgroup_label`); 0: not (no map access at completion).
+    pub owner_stats: u64,
+}
+
+/// `OWNER_STATS`: per-CPU hash, [`OwnerKey`] → [`OwnerStats`], written at completion only
+/// while [`Settings::owner_stats`] is 1; [`Counter::OwnerStatsFull`] counts the requests it
+/// had no room for.
+pub const OWNER_STATS: &str = "OWNER_STATS";
+/// Capacity of `OWNER_STATS`: (disk, class, owner cgroup) triples (preallocated: 16 bytes
+/// per CPU each, 64 KiB per CPU).
+pub const OWNER_STATS_ENTRIES: u32 = 4096;
+
+/// Key of `OWNER_STATS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerKey {
+    /// Disk, as [`mkdev`].
+    pub dev: u32,
+    /// Class (see [`crate::class`]).
+    pub class: u16,
+    /// Always 0.
+    pub _pad: u16,
+    /// Owner cgroup v2 id ([`Inflight::owner_cgroup`]; 0 = unknown).
+    pub cgroup: u64,
+}
+
+/// Value of `OWNER_STATS`, per CPU: what [`ClassStats::requests`] and [`ClassStats::bytes`]
+/// count, for one owner cgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnerStats {
+    /// Requests completed (lost ones included, as in `ClassStats::requests`).
+    pub requests: u64,
+    /// Bytes completed.
+    pub bytes: u64,
 }
 
 /// Per-device state in `DEVSTATE`, shared by all CPUs (updated with plain stores: the latest
@@ -484,11 +527,14 @@ pub enum Counter {
     /// indexed by the daemon yet, or beyond [`DEV_SLOT_LIMIT`]): counted and aggregated, but
     /// not classified as log writes and not stall-tracked.
     Unindexed = 7,
+    /// Completed requests not counted per owner cgroup because `OWNER_STATS` was full (they
+    /// are counted in `CLASS_STATS` as every request).
+    OwnerStatsFull = 8,
 }
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 9;
 
     /// The counter at index `i` of `COUNTERS` (the kernel-side diagnostics log the index:
     /// observer-ebpf `maps::count`); `None` past [`Counter::COUNT`].
@@ -502,6 +548,7 @@ impl Counter {
             5 => Counter::EventsDropped,
             6 => Counter::BioQueuedFull,
             7 => Counter::Unindexed,
+            8 => Counter::OwnerStatsFull,
             _ => return None,
         })
     }
@@ -518,6 +565,7 @@ impl Counter {
             Counter::EventsDropped => "events_dropped",
             Counter::BioQueuedFull => "bio_queue_map_full",
             Counter::Unindexed => "unindexed_requests",
+            Counter::OwnerStatsFull => "owner_stats_map_full",
         }
     }
 }
@@ -578,6 +626,8 @@ mod pod {
     unsafe impl aya::Pod for super::Settings {}
     unsafe impl aya::Pod for super::DevState {}
     unsafe impl aya::Pod for super::MissedMerge {}
+    unsafe impl aya::Pod for super::OwnerKey {}
+    unsafe impl aya::Pod for super::OwnerStats {}
     // Two u64 then the value: no padding for values whose size is a multiple of 8, as every
     // slot value's is (`slot_values_have_no_padding`).
     unsafe impl<V: aya::Pod> aya::Pod for super::Slot<V> {}
@@ -591,9 +641,11 @@ mod tests {
     /// 8-byte aligned size.
     #[test]
     fn inflight_layout() {
-        assert_eq!(core::mem::size_of::<Inflight>(), 80);
+        assert_eq!(core::mem::size_of::<Inflight>(), 88);
+        assert_eq!(core::mem::offset_of!(Inflight, owner_cgroup), 80);
         assert_eq!(core::mem::offset_of!(Inflight, slot), 72);
-        assert_eq!(core::mem::size_of::<SlowEvent>(), 104);
+        assert_eq!(core::mem::size_of::<SlowEvent>(), 112);
+        assert_eq!(core::mem::size_of::<OwnerKey>(), 16);
         assert_eq!(core::mem::offset_of!(Inflight, bios), 76);
         assert_eq!(core::mem::size_of::<MissedMerge>(), 48);
         assert_eq!(core::mem::size_of::<DevState>(), 40);
@@ -601,7 +653,7 @@ mod tests {
 
     #[test]
     fn slot_values_have_no_padding() {
-        assert_eq!(core::mem::size_of::<Slot<Inflight>>(), 16 + 80);
+        assert_eq!(core::mem::size_of::<Slot<Inflight>>(), 16 + 88);
         assert_eq!(core::mem::size_of::<Slot<BioQueued>>(), 16 + 32);
     }
 

@@ -16,7 +16,7 @@ use observer_common::{
     maps::{Counter, Inflight, Slot, SLOTS, SLOTS_MAP_FLAGS},
 };
 use observer_ebpf::{
-    kernel::{disk_dev, original_flags, read, rq_dev},
+    kernel::{bio_owner, disk_dev, original_flags, read, rq_dev},
     slots::{claim, owned},
     store::{fill, put},
 };
@@ -26,7 +26,7 @@ use observer_ebpf::{
 pub static INFLIGHT_SLOTS: Array<Slot<Inflight>> = Array::with_max_entries(SLOTS, SLOTS_MAP_FLAGS);
 
 use crate::{
-    maps::{count, dev_slot, log_class, scalar, stats, INFLIGHT, ZERO_INFLIGHT},
+    maps::{count, dev_slot, log_class, owner_count, scalar, stats, INFLIGHT, ZERO_INFLIGHT},
     probes::bio_queue::queued_at,
 };
 
@@ -49,9 +49,10 @@ pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayou
         }
     }
     let sector: u64 = read(rq, l.rq_sector);
+    let bio: u64 = read(rq, l.rq_bio);
     // The queue stage starts when the first bio entered (btt Q), if seen: before the request
     // existed (a tag wait, throttling) and, on the fallback kernels, before the insert.
-    if let Some(q) = queued_at(read(rq, l.rq_bio)) {
+    if let Some(q) = queued_at(bio) {
         if enter_ns == 0 || q < enter_ns {
             enter_ns = q;
         }
@@ -83,6 +84,9 @@ pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayou
         );
         // The submitting task: block_io_start runs in its context (never in an interrupt).
         submitter(e);
+        // The owner: the first bio's cgroup (a request merging bios of several cgroups is
+        // counted for its first bio's; bios merged later are not read).
+        put(addr_of_mut!((*e).owner_cgroup), bio_owner(bio));
     }
 }
 
@@ -100,7 +104,7 @@ unsafe fn submitter(e: *mut Inflight) {
 
 /// Starts tracking a bio that entered a bio-based disk (`disk`: dm, md; block_bio_queue, in
 /// the submitting task), which no request will ever carry: an entry like a request's (entry
-/// time, class from `bi_opf`, log class, sector, size in bytes, submitter), never dispatched,
+/// time, class from `bi_opf`, log class, sector, size in bytes, submitter, owner cgroup), never dispatched,
 /// keyed by the bio's address in the `INFLIGHT` hash map only (bio addresses are many and
 /// short-lived: they must not own `INFLIGHT_SLOTS` slots for good, see
 /// observer_common::maps::Slot). The entry is deleted at the bio's `block_bio_complete`
@@ -150,6 +154,8 @@ pub fn enter_bio(bio: u64, disk: u64, l: &KernelLayout) {
             read(bio, l.bio_size),
         );
         submitter(e);
+        // The bio's owner (on a stacked disk: the cgroup the bio was charged to there).
+        put(addr_of_mut!((*e).owner_cgroup), bio_owner(bio));
     }
 }
 
@@ -210,6 +216,7 @@ pub fn lost(e: &Inflight) {
         s.lost += 1;
         s.dispatch.record(e.size, e.bios, e.missed);
     }
+    owner_count(e.dev, e.class, e.owner_cgroup, 0);
 }
 
 /// The live entry of a request, if any (free entries are kept for reuse, see

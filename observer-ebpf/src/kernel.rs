@@ -2,13 +2,15 @@
 //! global [`LAYOUT`], which the loader fills from kernel BTF; each compatibility branch below
 //! names the kernel change that made it necessary.
 use aya_ebpf::{helpers::bpf_probe_read_kernel, EbpfContext};
-pub use observer_common::layout::KernelLayout;
+pub use observer_common::layout::{KernelLayout, OwnerLayout};
 use observer_common::maps::mkdev;
 
 extern "C" {
     /// Defined by each object that reads kernel structs, with [`crate::layout_global!`] (so the
     /// empty `floor` programs carry no `.rodata`).
     static LAYOUT: KernelLayout;
+    /// Defined with `LAYOUT` by [`crate::layout_global!`]: the owner-cgroup chain's offsets.
+    static OWNER_LAYOUT: OwnerLayout;
 }
 
 /// Defines `LAYOUT`, the kernel's struct offsets and enum values: filled by the loader from
@@ -18,6 +20,9 @@ macro_rules! layout_global {
     () => {
         #[no_mangle]
         static LAYOUT: $crate::kernel::KernelLayout = $crate::kernel::KernelLayout::ZERO;
+        #[no_mangle]
+        static OWNER_LAYOUT: observer_common::layout::OwnerLayout =
+            observer_common::layout::OwnerLayout::ZERO;
     };
 }
 
@@ -158,4 +163,48 @@ pub fn bio_count(rq: u64, l: &KernelLayout) -> u16 {
         n += 1;
     }
     n
+}
+
+/// One field of `OWNER_LAYOUT` (a volatile load of a `.rodata` constant: the verifier sees the
+/// value, and nothing is copied to the stack).
+macro_rules! owner_off {
+    ($f:ident) => {
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!(OWNER_LAYOUT.$f)) }
+    };
+}
+
+/// The cgroup v2 id that owns a bio: the cgroup its I/O is charged to, as that cgroup's
+/// `io.stat` counts it (block/blk-cgroup.c, blk_cgroup_bio_start):
+/// `bio->bi_blkg->blkcg->css.cgroup->kn->id` ([`OwnerLayout`]). 0 when unknown: no bio, a
+/// kernel without CONFIG_BLK_CGROUP, a bio without a blkg, or a cgroup on a v1 hierarchy
+/// (`cgroup->root->hierarchy_id` ≠ 0: the io controller mounted as v1 `blkio`, whose kernfs
+/// ids are not cgroup v2 ids). Seven loads (`bi_blkg`, `blkcg`, `cgroup`, `root`,
+/// `hierarchy_id`, `kn`, `id`), no helper call in tp_btf programs; in raw_tp programs each is a
+/// `bpf_probe_read_kernel`.
+#[inline(always)]
+pub fn bio_owner(bio: u64) -> u64 {
+    if owner_off!(blk_cgroup) == 0 || bio == 0 {
+        return 0;
+    }
+    let blkg: u64 = read(bio, owner_off!(bio_blkg));
+    if blkg == 0 {
+        return 0;
+    }
+    let blkcg: u64 = read(blkg, owner_off!(blkg_blkcg));
+    if blkcg == 0 {
+        return 0;
+    }
+    let cgrp: u64 = read(blkcg, owner_off!(blkcg_cgroup));
+    if cgrp == 0 {
+        return 0;
+    }
+    let root: u64 = read(cgrp, owner_off!(cgroup_root));
+    if root == 0 || read::<i32>(root, owner_off!(root_hierarchy_id)) != 0 {
+        return 0;
+    }
+    let kn: u64 = read(cgrp, owner_off!(cgroup_kn));
+    if kn == 0 {
+        return 0;
+    }
+    read(kn, owner_off!(kn_id))
 }

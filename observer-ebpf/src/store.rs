@@ -50,6 +50,7 @@ pub unsafe fn fill(
     put(addr_of_mut!((*e).bios), 0);
     put(addr_of_mut!((*e).missed), 0);
     put(addr_of_mut!((*e)._pad), 0);
+    put(addr_of_mut!((*e).owner_cgroup), 0);
 }
 
 /// Adds `ns` to a histogram.

@@ -63,6 +63,10 @@ struct Cli {
         env = "OBSERVER_WEB_CONFIG_FILE"
     )]
     web_config_file: Option<PathBuf>,
+    /// Label blkobs_requests_total and blkobs_bytes_total with the cgroup that owns the I/O.
+    /// Sets `cgroups.label`.
+    #[arg(long)]
+    cgroup_label: bool,
     /// Check the configuration (and the web config file) and exit.
     #[arg(long)]
     check_config: bool,
@@ -132,6 +136,9 @@ fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
     }
     if let Some(t) = cli.header_read_timeout {
         cfg.http.header_read_timeout = t;
+    }
+    if cli.cgroup_label {
+        cfg.cgroups.label = true;
     }
     if let Some(n) = cli.max_connections {
         cfg.http.max_connections = n;

@@ -140,10 +140,11 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
 /// The integration tests run in every guest by default: the kernel matrix proper, and the
 /// held-request tests (the reaper's request-state probe, flush sequences by `end_io` on kernels
 /// whose BTF lacks RQF_FLUSH_SEQ), the lost-completion test (none lost on these kernels), the
-/// merge analysis against ftrace, and the stacked (device-mapper) tests, which are `#[ignore]`d
-/// on hosts without dm modules and run here with `--include-ignored` (the other files have no
-/// ignored test it would enable).
-const GUEST_TESTS: [&str; 5] = ["matrix", "held", "lost", "merges", "stacked"];
+/// merge analysis against ftrace, the stacked (device-mapper) tests and the owner-cgroup tests
+/// (write-back charged to its owner, against the cgroup's io.stat). The last two are
+/// `#[ignore]`d on hosts without dm modules or cgroup2's io controller and run here with
+/// `--include-ignored` (the other files have no ignored test it would enable).
+const GUEST_TESTS: [&str; 6] = ["matrix", "held", "lost", "merges", "stacked", "owner"];
 
 /// Builds [`GUEST_TESTS`] (and the daemon they run, via CARGO_BIN_EXE_observer) on the host and
 /// returns the command that runs them one after the other, stopping at the first failure.
@@ -172,6 +173,8 @@ fn build_matrix_test(root: &Path) -> Result<Vec<String>> {
             .strip_prefix(root)
             .map(|p| p.display().to_string())
             .unwrap_or(exe);
+        // `--include-ignored`: stacked.rs's and owner.rs's guest-only tests (dm modules,
+        // cgroup2 with the io controller); the other files have no ignored tests.
         exes.push(format!(
             "{} --test-threads=1 --nocapture --include-ignored",
             quote(&rel)

@@ -19,7 +19,7 @@ use observer_ebpf::{
 
 use crate::{
     inflight::{enter, free, live, take_bio},
-    maps::{count, emit, error_seen, stats, SETTINGS},
+    maps::{count, emit, error_seen, owner_count, stats, SETTINGS},
     stall,
 };
 
@@ -70,6 +70,7 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
     s.bytes += e.bytes;
     s.requeues += e.requeues as u64;
     s.dispatch.record(e.size, e.bios, e.missed);
+    owner_count(e.dev, e.class, e.owner_cgroup, e.bytes);
     if (e.dispatch_ns != 0 && (e.dispatch_ns < e.enter_ns || now < e.dispatch_ns))
         || now < e.enter_ns
     {
@@ -126,6 +127,7 @@ pub fn bio_completed(bio: u64, l: &KernelLayout) {
     let s = unsafe { &mut *s };
     s.requests += 1;
     s.bytes += e.bytes;
+    owner_count(e.dev, e.class, e.owner_cgroup, e.bytes);
     if now < e.enter_ns {
         count(Counter::ClockAnomalies);
         return;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use btf_rs::{Backend, Btf, BtfType, Type};
 use fallible_iterator::FallibleIterator;
-use observer_common::layout::KernelLayout;
+use observer_common::layout::{KernelLayout, OwnerLayout};
 
 /// Default location of the kernel's own BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -329,6 +329,64 @@ impl KernelBtf {
             loaded_ns: 0,
         })
     }
+
+    /// The owner-cgroup chain ([`OwnerLayout`]: `bio::bi_blkg` → `blkcg_gq::blkcg` →
+    /// `blkcg::css.cgroup` → `cgroup::kn` → `kernfs_node::id`, and `cgroup::root` →
+    /// `cgroup_root::hierarchy_id`), every member looked up by name; `blk_cgroup` 1 only if all
+    /// are there and `kernfs_node::id` is 8 bytes (u64 since 5.5, "kernfs: convert
+    /// kernfs_node->id from a union kernfs_node_id to u64"). `bio::bi_blkg` exists only with
+    /// CONFIG_BLK_CGROUP (include/linux/blk_types.h); without it every owner is unknown
+    /// (logged).
+    pub fn owner_layout(&self) -> OwnerLayout {
+        let chain = || -> Option<OwnerLayout> {
+            let m = |s: &str, f: &str| self.member_offset(s, f).ok();
+            if self.member_size("kernfs_node", "id") != Some(8) {
+                return None;
+            }
+            Some(OwnerLayout {
+                blk_cgroup: 1,
+                bio_blkg: m("bio", "bi_blkg")?,
+                blkg_blkcg: m("blkcg_gq", "blkcg")?,
+                blkcg_cgroup: m("blkcg", "css")? + m("cgroup_subsys_state", "cgroup")?,
+                cgroup_kn: m("cgroup", "kn")?,
+                kn_id: m("kernfs_node", "id")?,
+                cgroup_root: m("cgroup", "root")?,
+                root_hierarchy_id: m("cgroup_root", "hierarchy_id")?,
+            })
+        };
+        chain().unwrap_or_else(|| {
+            tracing::info!(
+                "kernel BTF has no bio::bi_blkg (CONFIG_BLK_CGROUP off) or not the whole chain to \
+                 the cgroup id: the owner cgroup of every request is unknown (0)"
+            );
+            OwnerLayout::ZERO
+        })
+    }
+
+    /// Size (bytes) of `member` of `struct name` (through typedefs), if BTF has it.
+    pub fn member_size(&self, name: &str, member: &str) -> Option<u32> {
+        for ty in self.named_types(name) {
+            if let Type::Struct(s) = ty {
+                for m in &s.members {
+                    if self.btf.resolve_name(m).ok().as_deref() != Some(member) {
+                        continue;
+                    }
+                    let mut t = self.btf.resolve_chained_type(m).ok()?;
+                    for _ in 0..8 {
+                        match t {
+                            Type::Int(i) => return Some(i.size() as u32),
+                            Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) => {
+                                t = self.btf.resolve_chained_type(t.as_btf_type()?).ok()?;
+                            }
+                            _ => return None,
+                        }
+                    }
+                    return None;
+                }
+            }
+        }
+        None
+    }
 }
 
 /// An [`aya::Btf`] that answers what `BtfTracePoint::load` asks of kernel BTF, the type id of
@@ -514,6 +572,20 @@ mod tests {
         assert_eq!(l.rq_start_time_ns, offset("request", "start_time_ns"));
         assert_eq!(l.rq_state, offset("request", "state"));
         assert_eq!(l.bio_status, offset("bio", "bi_status"));
+        // The owner chain (this kernel has CONFIG_BLK_CGROUP).
+        let l = btf.owner_layout();
+        assert_eq!(l.blk_cgroup, 1);
+        assert_eq!(l.bio_blkg, offset("bio", "bi_blkg"));
+        assert_eq!(l.blkg_blkcg, offset("blkcg_gq", "blkcg"));
+        assert_eq!(
+            l.blkcg_cgroup,
+            offset("blkcg", "css") + offset("cgroup_subsys_state", "cgroup")
+        );
+        assert_eq!(l.cgroup_kn, offset("cgroup", "kn"));
+        assert_eq!(l.kn_id, offset("kernfs_node", "id"));
+        assert_eq!(l.cgroup_root, offset("cgroup", "root"));
+        assert_eq!(l.root_hierarchy_id, offset("cgroup_root", "hierarchy_id"));
+        assert_eq!(btf.member_size("kernfs_node", "id"), Some(8));
         assert_eq!(btf.arg_layout("block_rq_issue"), Some(ArgLayout::Current));
         assert_eq!(btf.tracepoint_args("block_rq_complete").unwrap().len(), 3);
         assert!(btf.tracepoint_args("no_such_tracepoint").is_none());

@@ -295,9 +295,15 @@ pub fn attach(
     // Values the loader borrows (aya's `override_global`): declared before it, so they outlive it.
     let layout_slots: [OnceCell<KernelLayout>; 2] = Default::default();
     let probe_layout = OnceCell::new();
+    let owner_slot = OnceCell::new();
     let mut loader = object_loader();
     let kbtf = KernelBtf::from_file(VMLINUX_BTF)?;
     let layout = kbtf.kernel_layout()?;
+    loader.override_global(
+        "OWNER_LAYOUT",
+        owner_slot.get_or_init(|| kbtf.owner_layout()),
+        true,
+    );
     let stats_entries = class_stats_entries(stats_memory_mib);
     let (enter, steps) = plan(&kbtf, &layout)?;
     let mq_rq_in_flight = kbtf.enum_values(&["MQ_RQ_IN_FLIGHT"])[0];

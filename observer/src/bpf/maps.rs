@@ -11,7 +11,7 @@ use aya::{
 };
 use observer_common::maps::{
     self as m, BioQueued, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges,
-    MissedMerge, Settings, Slot,
+    MissedMerge, OwnerKey, OwnerStats, Settings, Slot,
 };
 
 use super::{
@@ -52,6 +52,11 @@ pub struct KernelMaps {
     pub merge_pairs: PerCpuArray<MapData, MissedMerge>,
     /// `MERGE_CURSOR`: pairs each CPU has written to its ring, ever (read only).
     pub merge_cursor: PerCpuArray<MapData, u64>,
+    /// `OWNER_STATS`: (dev, class, owner cgroup id) → per-CPU requests and bytes (read only;
+    /// written by the programs while `[cgroups] label` is on).
+    pub owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats>,
+    /// Owner cgroup id → `cgroup` label value, kept across scrapes.
+    pub owner_names: Mutex<crate::stalls::LabelNames>,
     /// Capacity of `INFLIGHT` (entries).
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
@@ -101,6 +106,8 @@ impl KernelMaps {
             PerCpuHashMap::try_from(take(m::CLASS_STATS)?).map_err(conv(m::CLASS_STATS))?;
         let errors: PerCpuHashMap<MapData, ErrorKey, u64> =
             PerCpuHashMap::try_from(take(m::ERRORS)?).map_err(conv(m::ERRORS))?;
+        let owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats> =
+            PerCpuHashMap::try_from(take(m::OWNER_STATS)?).map_err(conv(m::OWNER_STATS))?;
         let gone = GoneDevices::new(
             PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
                 IterableMap::map(&class_stats),
@@ -112,6 +119,11 @@ impl KernelMaps {
                 m::ERRORS,
             )?))
             .map_err(conv(m::ERRORS))?,
+            PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
+                IterableMap::map(&owner_stats),
+                m::OWNER_STATS,
+            )?))
+            .map_err(conv(m::OWNER_STATS))?,
         );
         Ok(KernelMaps {
             inflight: InflightMaps {
@@ -146,6 +158,8 @@ impl KernelMaps {
                 .map_err(conv(m::MERGE_PAIRS))?,
             merge_cursor: PerCpuArray::try_from(take(m::MERGE_CURSOR)?)
                 .map_err(conv(m::MERGE_CURSOR))?,
+            owner_stats,
+            owner_names: Mutex::default(),
             inflight_capacity,
             class_stats_capacity,
         })
@@ -157,6 +171,15 @@ impl KernelMaps {
             .lock()
             .expect("dev slots lock")
             .devstate_of(dev)
+    }
+
+    /// Whether the programs count requests per owner cgroup now (`SETTINGS`' `owner_stats`).
+    pub fn owner_stats_on(&self) -> bool {
+        self.settings
+            .lock()
+            .expect("settings lock")
+            .get(&0, 0)
+            .is_ok_and(|s| s.owner_stats != 0)
     }
 
     /// Writes new thresholds for the programs (takes effect at the next event).

@@ -1,5 +1,5 @@
 //! Disks that went away: once a disk has been missing from `/sys/block`, or without media
-//! (size 0: a detached loop device, an ejected medium), for `[devices] forget_after`, its `CLASS_STATS` and `ERRORS` entries (and the reaper's counts)
+//! (size 0: a detached loop device, an ejected medium), for `[devices] forget_after`, its `CLASS_STATS`, `ERRORS` and `OWNER_STATS` entries (and the reaper's counts)
 //! are deleted, so its series leave `/metrics` instead of staying until a restart. Entries are
 //! keyed by device number (`MKDEV(major, minor)`), which the kernel reuses: a disk that comes
 //! back with the same number before the grace period ends keeps counting where it was.
@@ -7,7 +7,9 @@
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use aya::maps::{MapData, PerCpuHashMap};
-use observer_common::maps::{dev_major, dev_minor, ClassKey, ClassStats, ErrorKey};
+use observer_common::maps::{
+    dev_major, dev_minor, ClassKey, ClassStats, ErrorKey, OwnerKey, OwnerStats,
+};
 use tracing::info;
 
 use super::reaper::Reaped;
@@ -17,6 +19,7 @@ use crate::bpf::devslots::scan_disks;
 pub struct GoneDevices {
     class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats>,
     errors: PerCpuHashMap<MapData, ErrorKey, u64>,
+    owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats>,
     /// Device number → monotonic ns when it was first found missing.
     missing_since: BTreeMap<u32, u64>,
     /// `/sys/block` (a test may point elsewhere).
@@ -24,14 +27,16 @@ pub struct GoneDevices {
 }
 
 impl GoneDevices {
-    /// Over second handles (dup'ed fds) on `CLASS_STATS` and `ERRORS`.
+    /// Over second handles (dup'ed fds) on `CLASS_STATS`, `ERRORS` and `OWNER_STATS`.
     pub fn new(
         class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats>,
         errors: PerCpuHashMap<MapData, ErrorKey, u64>,
+        owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats>,
     ) -> GoneDevices {
         GoneDevices {
             class_stats,
             errors,
+            owner_stats,
             missing_since: BTreeMap::new(),
             sys_block: PathBuf::from("/sys/block"),
         }
@@ -76,6 +81,15 @@ impl GoneDevices {
                 .collect();
             for k in &errors {
                 let _ = self.errors.remove(k);
+            }
+            let owners: Vec<OwnerKey> = self
+                .owner_stats
+                .keys()
+                .flatten()
+                .filter(|k| k.dev == dev)
+                .collect();
+            for k in &owners {
+                let _ = self.owner_stats.remove(k);
             }
             reaped
                 .0

@@ -155,6 +155,8 @@ pub struct SelfCounters {
     pub bio_queued_full: u64,
     /// [`Counter::Unindexed`].
     pub unindexed: u64,
+    /// [`Counter::OwnerStatsFull`].
+    pub owner_stats_full: u64,
 }
 
 /// The per-device slots (see [`crate::bpf::devslots`]).
@@ -167,6 +169,9 @@ pub struct SlotCounts {
     /// Disks without one because all were taken (degraded).
     pub degraded: u64,
 }
+
+/// (device, class, owner cgroup label) → (requests, bytes): the `cgroup`-labelled counters.
+pub type OwnerTotals = BTreeMap<(String, Class, String), (u64, u64)>;
 
 /// A read of all maps.
 #[derive(Clone, Debug, Default)]
@@ -188,6 +193,11 @@ pub struct Snapshot {
     /// Device-mapper disks among `inflight`'s: device → (dm name, dm uuid)
     /// ([`crate::labels::device_mapper_name`]).
     pub device_mapper: BTreeMap<String, (String, String)>,
+    /// While `[cgroups] label` is on: (device, class, owner cgroup label) → (requests, bytes)
+    /// from `OWNER_STATS`, plus the reaper's retired requests under the unknown owner `""`;
+    /// `None` while off. The label is the cgroup's path, `""` (unknown owner) or `id:<id>`
+    /// (a cgroup not in the tree).
+    pub owners: Option<OwnerTotals>,
 }
 
 impl Snapshot {
@@ -213,6 +223,9 @@ impl Snapshot {
                 }
             }
         }
+        if maps.owner_stats_on() {
+            s.add_owners(maps, reaped, &mut names);
+        }
         s
     }
 
@@ -222,6 +235,40 @@ impl Snapshot {
             bio_based: bio_based(dev),
             ..InflightCounts::default()
         })
+    }
+
+    /// Sums `OWNER_STATS` over CPUs per (device, class, owner cgroup label); adds the reaper's
+    /// retired requests (counted lost, as in `classes`) under the unknown owner.
+    fn add_owners(&mut self, maps: &KernelMaps, reaped: &Reaped, names: &mut DeviceNames) {
+        let read = read_percpu_hash(
+            &maps.owner_stats,
+            |_| (0u64, 0u64),
+            |a, v| {
+                a.0 += v.requests;
+                a.1 += v.bytes;
+            },
+        );
+        let mut labels = maps.owner_names.lock().expect("owner names lock");
+        let mut out = OwnerTotals::new();
+        for (key, (requests, bytes)) in read {
+            let Some(dev) = names.get(key.dev) else {
+                continue;
+            };
+            let o = out
+                .entry((dev, Class(key.class), labels.label(key.cgroup)))
+                .or_default();
+            o.0 += requests;
+            o.1 += bytes;
+        }
+        for (key, r) in reaped.0.lock().expect("reaper lock").iter() {
+            let Some(dev) = names.get(key.dev) else {
+                continue;
+            };
+            out.entry((dev, Class(key.class), String::new()))
+                .or_default()
+                .0 += r.requests;
+        }
+        self.owners = Some(out);
     }
 
     /// Sums `CLASS_STATS` over CPUs per (device, class); returns the number of map entries.
@@ -324,6 +371,7 @@ impl SelfCounters {
             events_dropped: counter(Counter::EventsDropped),
             bio_queued_full: counter(Counter::BioQueuedFull),
             unindexed: counter(Counter::Unindexed),
+            owner_stats_full: counter(Counter::OwnerStatsFull),
         }
     }
 }

@@ -22,6 +22,9 @@
 //! [merges]
 //! window = "1ms"                     # missed adjacent merge: dispatched this soon after its neighbour
 //!
+//! [cgroups]
+//! label = false                      # cgroup label (the owner cgroup) on requests/bytes counters
+//!
 //! [maps]
 //! inflight_entries = 16384           # requests tracked at once, all devices
 //! stats_memory_mib = 16              # kernel memory for per-CPU histograms
@@ -114,6 +117,8 @@ pub struct Config {
     pub stalls: Stalls,
     /// Merge analysis (missed adjacent merges).
     pub merges: Merges,
+    /// Per-cgroup request counters.
+    pub cgroups: Cgroups,
     /// Limits on HTTP clients.
     pub http: HttpLimits,
 }
@@ -208,6 +213,19 @@ impl Default for Merges {
     }
 }
 
+/// `[cgroups]`: per-cgroup counters. Reloadable (SIGHUP): written to the kernel's `SETTINGS`
+/// map.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Cgroups {
+    /// When true, `blkobs_requests_total` and `blkobs_bytes_total` get a `cgroup` label: the
+    /// path of the cgroup that owns each request's I/O (its first bio's, as the kernel charges
+    /// it in `io.stat`), `""` when unknown. Costs a hash-map update per completed request in
+    /// the kernel and multiplies those two counters' series by the cgroups doing I/O on each
+    /// (device, class). Default false.
+    pub label: bool,
+}
+
 /// `[maps]`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -230,6 +248,7 @@ impl Default for Config {
             maps: MapSizes::default(),
             stalls: Stalls::default(),
             merges: Merges::default(),
+            cgroups: Cgroups::default(),
             http: HttpLimits::default(),
         }
     }
@@ -282,11 +301,12 @@ impl Config {
             .transpose()
     }
 
-    /// What the programs read from the `SETTINGS` map: the `[stalls]` thresholds and the
-    /// `[merges]` window (ns).
+    /// What the programs read from the `SETTINGS` map: the `[stalls]` thresholds, the
+    /// `[merges]` window (ns) and `[cgroups] label`.
     pub fn kernel_settings(&self) -> observer_common::maps::Settings {
         observer_common::maps::Settings {
             merge_window_ns: self.merges.window.as_nanos().min(u64::MAX as u128) as u64,
+            owner_stats: u64::from(self.cgroups.label),
             ..self.stalls.settings()
         }
     }
@@ -537,6 +557,13 @@ mod tests {
         let e = c.load_web_config().unwrap_err();
         assert!(matches!(e, ConfigError::Web { .. }), "{e}");
         assert!(Config::default().load_web_config().unwrap().is_none());
+        let c = Config::from_toml("[cgroups]\nlabel = true", "t").unwrap();
+        assert_eq!(c.kernel_settings().owner_stats, 1);
+        assert_eq!(Config::default().kernel_settings().owner_stats, 0);
+        let e = Config::from_toml("[cgroups]\nlabel = 1", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cgroups.label"), "{e}");
         let c = Config::from_toml("[merges]\nwindow = \"250us\"", "t").unwrap();
         assert_eq!(c.kernel_settings().merge_window_ns, 250_000);
         assert_eq!(

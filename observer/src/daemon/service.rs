@@ -60,7 +60,7 @@ fn notify_reloading() {
 
 /// Configuration keys that only take effect at startup and differ between `old` and `new`.
 ///
-/// Everything but `[devices]`, `[histogram]`, the `[stalls]` thresholds, `[merges]` and `web_config_file` is
+/// Everything but `[devices]`, `[histogram]`, the `[stalls]` thresholds, `[merges]`, `[cgroups]` and `web_config_file` is
 /// startup-only. Known keys are named; a change
 /// anywhere else (a section added later) is reported as "other startup-only keys" rather than
 /// silently ignored.
@@ -91,6 +91,7 @@ pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     rest.histogram = old.histogram.clone();
     rest.stalls = old.stalls.clone();
     rest.merges = old.merges.clone();
+    rest.cgroups = old.cgroups.clone();
     rest.listen = old.listen;
     rest.host_root = old.host_root.clone();
     rest.maps = old.maps.clone();
@@ -246,6 +247,7 @@ mod tests {
         b.histogram.buckets = vec![0.001, 0.1];
         assert!(restart_required_keys(&a, &b).is_empty());
         b.web_config_file = Some("/etc/observer/web.yml".into());
+        b.cgroups.label = true;
         assert!(restart_required_keys(&a, &b).is_empty(), "reloadable");
         b.listen = "127.0.0.1:1".parse().unwrap();
         b.maps.inflight_entries = 128;

@@ -181,4 +181,55 @@ mod tests {
         let want = std::fs::read_to_string(path).unwrap();
         assert!(got == want, "render differs from {path}");
     }
+
+    /// With `[cgroups] label` on (`owners`), `blkobs_requests_total` and `blkobs_bytes_total`
+    /// have one series per owner cgroup, with the `cgroup` label last (`""` = unknown), and no
+    /// series without it; the other per-class counters keep their labels.
+    #[test]
+    fn owner_label_splits_requests_and_bytes() {
+        let (mut s, h) = sample();
+        let mut owners = std::collections::BTreeMap::new();
+        owners.insert(
+            ("loop0".to_string(), Class(1), "/a".to_string()),
+            (3u64, 12288u64),
+        );
+        owners.insert(("loop0".to_string(), Class(1), String::new()), (2, 0));
+        s.owners = Some(owners);
+        let info = AttachInfo {
+            mode: "tp_btf",
+            enter_tracepoint: "block_io_start",
+            reaper: "request_state",
+        };
+        let buckets = BucketMap::new(&crate::config::Histogram::default().buckets);
+        let mut w = TextWriter::new();
+        render(&mut w, &s, &h, &buckets, &info, &DeviceFilter::default());
+        let text = w.finish();
+        let lines = |name: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .map(str::to_string)
+                .collect()
+        };
+        let flags = r#"preflush="false",fua="false",sync="false",meta="false",readahead="false",log="false""#;
+        assert_eq!(
+            lines("blkobs_requests_total"),
+            [
+                format!(
+                    r#"blkobs_requests_total{{device="loop0",op="write",{flags},cgroup=""}} 2"#
+                ),
+                format!(
+                    r#"blkobs_requests_total{{device="loop0",op="write",{flags},cgroup="/a"}} 3"#
+                ),
+            ]
+        );
+        assert_eq!(
+            lines("blkobs_bytes_total"),
+            [format!(
+                r#"blkobs_bytes_total{{device="loop0",op="write",{flags},cgroup="/a"}} 12288"#
+            )]
+        );
+        assert!(lines("blkobs_merges_total")
+            .iter()
+            .all(|l| !l.contains("cgroup=")));
+    }
 }

@@ -133,15 +133,68 @@ pub fn latency(w: &mut TextWriter, s: &Snapshot, buckets: &BucketMap) {
     }
 }
 
-/// The per-class counter families, in [`CLASS_COUNTERS`] order.
+/// Labels of `blkobs_requests_total` and `blkobs_bytes_total` while `[cgroups] label` is on:
+/// [`CLASS_LABELS`], then `cgroup`.
+pub const OWNER_LABELS: &[&str] = &[
+    "device",
+    "op",
+    "preflush",
+    "fua",
+    "sync",
+    "meta",
+    "readahead",
+    "log",
+    "cgroup",
+];
+
+/// The per-class counter families, in [`CLASS_COUNTERS`] order. While `[cgroups] label` is on
+/// (`s.owners`), `blkobs_requests_total` and `blkobs_bytes_total` are split by the cgroup that
+/// owns the I/O instead ([`owner_counter`]).
 pub fn counters(w: &mut TextWriter, s: &Snapshot) {
     for c in &CLASS_COUNTERS {
+        if let Some(owners) = &s.owners {
+            if c.desc.name == "blkobs_requests_total" {
+                owner_counter(w, &c.desc, owners, |v| v.0, true);
+                continue;
+            }
+            if c.desc.name == "blkobs_bytes_total" {
+                owner_counter(w, &c.desc, owners, |v| v.1, false);
+                continue;
+            }
+        }
         let mut f = w.family(&c.desc);
         for ((dev, class), t) in &s.classes {
             let v = (c.get)(t);
             if c.with_zeros || v > 0 {
                 f.counter(&class_label_values(dev, *class), v as f64);
             }
+        }
+    }
+}
+
+/// One of the per-owner counters: `desc` with a `cgroup` label ([`OWNER_LABELS`]), one series
+/// per (device, class, owner cgroup).
+fn owner_counter(
+    w: &mut TextWriter,
+    desc: &MetricDesc,
+    owners: &std::collections::BTreeMap<
+        (String, observer_common::class::Class, String),
+        (u64, u64),
+    >,
+    get: fn(&(u64, u64)) -> u64,
+    with_zeros: bool,
+) {
+    let desc = MetricDesc {
+        labels: OWNER_LABELS,
+        ..*desc
+    };
+    let mut f = w.family(&desc);
+    for ((dev, class, cgroup), v) in owners {
+        let n = get(v);
+        if with_zeros || n > 0 {
+            let mut values = class_label_values(dev, *class);
+            values.push(cgroup);
+            f.counter(&values, n as f64);
         }
     }
 }
@@ -168,5 +221,6 @@ mod tests {
         assert_eq!(&CLASS_LABELS[2..], flags.as_slice());
         assert_eq!(&REQUEST_LATENCY.labels[..CLASS_LABELS.len()], CLASS_LABELS);
         assert_eq!(REQUEST_LATENCY.labels.last(), Some(&"stage"));
+        assert_eq!(&OWNER_LABELS[..CLASS_LABELS.len()], CLASS_LABELS);
     }
 }

@@ -14,7 +14,7 @@ use crate::{bpf::loader::AttachInfo, collect::snapshot::Snapshot, state::HttpRej
 /// Requests or completions lost to a full map, by map.
 pub const DROPPED_REQUESTS: MetricDesc = MetricDesc {
     name: "blkobs_dropped_requests_total",
-    help: "Requests or completions not recorded because a map was full (bio_queue_map_full: a bio's entry time, its request's queue stage then starts at its creation).",
+    help: "Requests or completions not recorded because a map was full (bio_queue_map_full: a bio's entry time, its request's queue stage then starts at its creation; owner_stats_map_full: a request not counted for its cgroup, [cgroups] label).",
     kind: MetricType::COUNTER,
     labels: &["reason"],
 };
@@ -98,6 +98,7 @@ pub fn families(w: &mut TextWriter, s: &Snapshot, info: &AttachInfo) {
     f.counter(&[Counter::InflightFull.name()], c.inflight_full as f64);
     f.counter(&[Counter::StatsFull.name()], c.stats_full as f64);
     f.counter(&[Counter::BioQueuedFull.name()], c.bio_queued_full as f64);
+    f.counter(&[Counter::OwnerStatsFull.name()], c.owner_stats_full as f64);
     w.family(&STALE_REQUESTS)
         .counter(&[], c.stale_entries as f64);
     w.family(&CLOCK_ANOMALIES)

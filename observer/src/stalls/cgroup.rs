@@ -53,6 +53,45 @@ impl CgroupNames {
     }
 }
 
+/// cgroup id → path for the `cgroup` label of `/metrics`, kept across scrapes: a path once
+/// found is kept (cgroup ids are not reused while the host runs: a 64-bit kernfs id carries a
+/// generation), an id not found is looked up again at most every [`LabelNames::RETRY`].
+#[derive(Default)]
+pub struct LabelNames {
+    found: BTreeMap<u64, String>,
+    missing: BTreeMap<u64, std::time::Instant>,
+}
+
+impl LabelNames {
+    /// How long an id that was not in the cgroup tree waits before it is looked up again.
+    pub const RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    /// The label value of cgroup `id`: its path ("/" for the root), `""` for 0 (owner
+    /// unknown), `id:<id>` for a cgroup not (or no longer) in the tree.
+    pub fn label(&mut self, id: u64) -> String {
+        if id == 0 {
+            return String::new();
+        }
+        if let Some(p) = self.found.get(&id) {
+            return p.clone();
+        }
+        let now = std::time::Instant::now();
+        let due = self
+            .missing
+            .get(&id)
+            .is_none_or(|t| now.duration_since(*t) >= Self::RETRY);
+        if due {
+            if let Some(p) = find_cgroup(cgroup_root(), id, 0) {
+                self.missing.remove(&id);
+                self.found.insert(id, p.clone());
+                return p;
+            }
+            self.missing.insert(id, now);
+        }
+        format!("id:{id}")
+    }
+}
+
 fn find_cgroup(dir: &std::path::Path, id: u64, depth: u32) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(dir).ok()?;

@@ -92,6 +92,8 @@ pub fn inflight(
                 cgroup_id: e.cgroup,
                 cgroup: cg.path(e.cgroup),
             },
+            owner_cgroup_id: e.owner_cgroup,
+            owner_cgroup: cg.path(e.owner_cgroup),
         });
         if out.len() >= f.limit {
             break;

@@ -12,7 +12,7 @@ pub mod records;
 pub mod report;
 pub mod text;
 
-pub use cgroup::{set_cgroup_root, CgroupNames};
+pub use cgroup::{set_cgroup_root, CgroupNames, LabelNames};
 pub use inflight::inflight;
 pub use records::{Episode, Filter, InflightRequest, SlowRequest, StallReport, Submitter};
 pub use report::{report, ReportInput};

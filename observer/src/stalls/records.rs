@@ -48,6 +48,12 @@ pub struct SlowRequest {
     pub status: String,
     /// Who submitted it.
     pub submitter: Submitter,
+    /// cgroup v2 id of the cgroup that owns the I/O ([`observer_common::maps::Inflight::owner_cgroup`]:
+    /// its first bio's, as that cgroup's `io.stat` counts it; for write-back the dirtied
+    /// inode's owner, where the submitter is the flusher); 0 when unknown.
+    pub owner_cgroup_id: u64,
+    /// Its path (as [`Submitter::cgroup`]); null when unknown or gone.
+    pub owner_cgroup: Option<String>,
 }
 
 /// A request in flight now.
@@ -77,6 +83,12 @@ pub struct InflightRequest {
     pub requeues: u8,
     /// Who submitted it.
     pub submitter: Submitter,
+    /// cgroup v2 id of the cgroup that owns the I/O ([`observer_common::maps::Inflight::owner_cgroup`]:
+    /// its first bio's, as that cgroup's `io.stat` counts it; for write-back the dirtied
+    /// inode's owner, where the submitter is the flusher); 0 when unknown.
+    pub owner_cgroup_id: u64,
+    /// Its path (as [`Submitter::cgroup`]); null when unknown or gone.
+    pub owner_cgroup: Option<String>,
 }
 
 /// A stall episode, ended or ongoing.

@@ -283,5 +283,7 @@ fn slow_request(
             cgroup_id: e.cgroup,
             cgroup: cg.path(e.cgroup),
         },
+        owner_cgroup_id: e.owner_cgroup,
+        owner_cgroup: cg.path(e.owner_cgroup),
     }
 }

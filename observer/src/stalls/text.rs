@@ -52,13 +52,23 @@ fn stuck_table(o: &mut String, r: &StallReport) {
     }
     let _ = writeln!(
         o,
-        "{:<10} {:<7} {:>10} {:>10} {:<6} {:>12} {:>8} {:>3} {:>7} {:<16} CGROUP",
-        "DEVICE", "STAGE", "AGE", "IN STAGE", "RWBS", "SECTOR", "BYTES", "RQ", "PID", "COMM"
+        "{:<10} {:<7} {:>10} {:>10} {:<6} {:>12} {:>8} {:>3} {:>7} {:<16} {:<24} OWNER",
+        "DEVICE",
+        "STAGE",
+        "AGE",
+        "IN STAGE",
+        "RWBS",
+        "SECTOR",
+        "BYTES",
+        "RQ",
+        "PID",
+        "COMM",
+        "CGROUP"
     );
     for s in &r.stuck {
         let _ = writeln!(
             o,
-            "{:<10} {:<7} {:>10} {:>10} {:<6} {:>12} {:>8} {:>3} {:>7} {:<16} {}",
+            "{:<10} {:<7} {:>10} {:>10} {:<6} {:>12} {:>8} {:>3} {:>7} {:<16} {:<24} {}",
             s.device,
             s.stage,
             secs(s.age_seconds),
@@ -69,7 +79,8 @@ fn stuck_table(o: &mut String, r: &StallReport) {
             s.requeues,
             s.submitter.pid,
             s.submitter.comm,
-            s.submitter.cgroup.as_deref().unwrap_or("-")
+            s.submitter.cgroup.as_deref().unwrap_or("-"),
+            s.owner_cgroup.as_deref().unwrap_or("-")
         );
     }
 }
@@ -112,7 +123,7 @@ fn slow_table(o: &mut String, r: &StallReport) {
     }
     let _ = writeln!(
         o,
-        "{:<13} {:<10} {:<6} {:>10} {:>10} {:>10} {:>12} {:>8} {:>3} {:>3} {:>7} {:<16} CGROUP",
+        "{:<13} {:<10} {:<6} {:>10} {:>10} {:>10} {:>12} {:>8} {:>3} {:>3} {:>7} {:<16} {:<24} OWNER",
         "TIME",
         "DEVICE",
         "RWBS",
@@ -124,12 +135,13 @@ fn slow_table(o: &mut String, r: &StallReport) {
         "MRG",
         "RQ",
         "PID",
-        "COMM"
+        "COMM",
+        "CGROUP"
     );
     for s in &r.slow {
         let _ = writeln!(
             o,
-            "{:<13} {:<10} {:<6} {:>10} {:>10} {:>10} {:>12} {:>8} {:>3} {:>3} {:>7} {:<16} {}",
+            "{:<13} {:<10} {:<6} {:>10} {:>10} {:>10} {:>12} {:>8} {:>3} {:>3} {:>7} {:<16} {:<24} {}",
             hhmmss(&s.time),
             s.device,
             s.class.rwbs,
@@ -142,7 +154,8 @@ fn slow_table(o: &mut String, r: &StallReport) {
             s.requeues,
             s.submitter.pid,
             s.submitter.comm,
-            s.submitter.cgroup.as_deref().unwrap_or("-")
+            s.submitter.cgroup.as_deref().unwrap_or("-"),
+            s.owner_cgroup.as_deref().unwrap_or("-")
         );
     }
 }
