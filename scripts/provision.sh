@@ -76,7 +76,9 @@ log "operations tooling ready: $(prometheus --version 2>&1 | head -1), $(systemd
 # (virtiofsd ships with qemu-system-common, a dependency of qemu-system-x86).
 # qemu-system-x86 boots them, busybox-static + cpio make the initramfs, kmod runs depmod on the
 # host and modprobe in the guest, dpkg/apt (always present) download and unpack the packages.
-VM_APT_PKGS=(qemu-system-x86 busybox-static cpio kmod xz-utils gzip iproute2)
+VM_APT_PKGS=(qemu-system-x86 busybox-static cpio kmod xz-utils gzip iproute2
+  # Disk stacks the guests build on their disks (md, LVM, dm-crypt, thin pools).
+  mdadm lvm2 cryptsetup-bin thin-provisioning-tools)
 apt_ensure "the kernel matrix" "${VM_APT_PKGS[@]}"
 log "kernel-matrix tooling ready: $(qemu-system-x86_64 --version | head -1)"
 

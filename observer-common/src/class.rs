@@ -85,8 +85,10 @@ pub const META: u16 = 1 << 7;
 /// REQ_RAHEAD: readahead, may be failed by the driver.
 pub const RAHEAD: u16 = 1 << 8;
 /// Not a REQ_* flag: the request starts inside a filesystem log (journal) range known to the
-/// daemon (XFS log, ext4/jbd2 journal; see `observer/src/fslog.rs`). Set at `block_io_start`
-/// from the `LOG_RANGES` map, never by [`classify`].
+/// daemon (XFS log, ext4/jbd2 journal; see `observer/src/fslog/`), or its first bio was
+/// remapped from inside such a range of the disk above (md legs, dm targets, NVMe paths:
+/// observer-ebpf inherit.rs). Set when the request (or a bio-based disk's bio) enters, from
+/// the `LOG_RANGES` and `REMAPS` maps, never by [`classify`].
 pub const LOG: u16 = 1 << 9;
 
 /// The flags exported as labels: (class bit, label name). Label names are the REQ_* names in

@@ -5,7 +5,7 @@
 //! value that differs between kernels is a field here instead of a constant in the programs.
 
 /// Offsets (bytes) and values read from kernel BTF. Set once before load; the verifier sees the
-/// values as constants (the global lives in `.rodata`). 38 `u32` fields then one `u64`: no
+/// values as constants (the global lives in `.rodata`). 40 `u32` fields then one `u64`: no
 /// implicit padding, since the struct is copied into the object byte for byte (add `u32`
 /// fields in pairs; a compile-time check below).
 #[repr(C)]
@@ -98,8 +98,21 @@ pub struct KernelLayout {
     /// `struct bio::bi_status` (`blk_status_t`, u8): the error of a bio at `block_bio_complete`
     /// (include/linux/blk_types.h), read for the bios of bio-based disks (dm, md).
     pub bio_status: u32,
-    /// Always 0 (keeps the `u32` fields in pairs).
-    pub _pad0: u32,
+    /// `struct bio::bi_private`: for a bio split from another, its parent (block/bio.c,
+    /// bio_chain sets it before the split is submitted or traced), which is how a piece of a
+    /// tracked bio of a bio-based disk is recognised.
+    pub bio_private: u32,
+    /// `struct gendisk::disk_name` (`char[DISK_NAME_LEN]`, NUL-padded): hashed into the
+    /// disk's number when its `major:first_minor` is 0:0 (a hidden disk without a dev_t, 5.10:
+    /// [`crate::maps::nameless_dev`]).
+    pub disk_name: u32,
+    /// `struct gendisk::part0` (`struct hd_struct`, embedded) + `hd_struct::__dev` +
+    /// `device::devt` (`dev_t`) on kernels before 5.11, where part0 is a struct of the disk;
+    /// 0 since (`part0` became a `struct block_device *`, whose `bd_dev` is always
+    /// `MKDEV(major, first_minor)`). Read as the disk's number where set: it is the number
+    /// /proc/diskstats shows, and 0 for a hidden disk, whose `major:first_minor` (allocated
+    /// but published nowhere: 259:1 for an NVMe path on 5.10) nothing in userspace could match.
+    pub disk_devt: u32,
     /// 1 when the programs run as `tp_btf`: struct fields are then read with direct loads,
     /// which the verifier checks against BTF; 0 (raw_tp) uses `bpf_probe_read_kernel`.
     pub direct_loads: u32,
@@ -148,14 +161,16 @@ impl KernelLayout {
         flag_rahead: 0,
         enter_fallback: 0,
         bio_status: 0,
-        _pad0: 0,
+        bio_private: 0,
+        disk_name: 0,
+        disk_devt: 0,
         direct_loads: 0,
         loaded_ns: 0,
     };
 }
 
-// No implicit padding: 38 × 4 bytes, then the u64.
-const _: () = assert!(core::mem::size_of::<KernelLayout>() == 38 * 4 + 8);
+// No implicit padding: 40 × 4 bytes, then the u64.
+const _: () = assert!(core::mem::size_of::<KernelLayout>() == 40 * 4 + 8);
 
 /// Offsets (bytes) of the chain from a bio to the cgroup that owns it, read from kernel BTF by
 /// member name, in a read-only global of their own (`OWNER_LAYOUT`): the programs read its

@@ -204,7 +204,7 @@ pub fn c11_counter(_c: BtfTracePointContext) -> i32 {
 }
 
 /// What replaced the INFLIGHT hash lookups: the request pointer made a number through a per-CPU
-/// scratch value (observer maps::scalar), its slot of a direct-mapped array found (claimed on
+/// scratch value (observer maps::addr_number), its slot of a direct-mapped array found (claimed on
 /// first use with BPF_XADD), and a field written.
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn c11b_slot_lookup(c: BtfTracePointContext) -> i32 {

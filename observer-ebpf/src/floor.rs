@@ -1,5 +1,5 @@
 //! The benchmark "floor": empty `tp_btf` programs on exactly the tracepoints the observer uses
-//! (see `observer/src/probes.rs`). Loaded by `observer-floor` for `cargo xtask bench`: what any
+//! (see `observer/src/bpf/loader.rs`). Loaded by `observer-floor` for `cargo xtask bench`: what any
 //! tp_btf observer pays (trampoline, program call) before doing any work. Not used by the daemon.
 #![no_std]
 #![no_main]
@@ -25,8 +25,13 @@ empty!(
     f_rq_requeue = "block_rq_requeue",
     f_rq_merge = "block_rq_merge",
     f_rq_complete = "block_rq_complete",
+    f_rq_compl_rmp = "block_rq_complete",
+    f_rq_compl_nst = "block_rq_complete",
+    f_bio_remap = "block_bio_remap",
+    f_bio_split = "block_split",
     f_bio_back = "block_bio_backmerge",
     f_bio_front = "block_bio_frontmerge",
     f_bio_queue = "block_bio_queue",
     f_bio_complete = "block_bio_complete",
+    f_bio_compl_nst = "block_bio_complete",
 );

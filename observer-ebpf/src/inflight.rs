@@ -11,9 +11,9 @@ use aya_ebpf::{
     maps::Array,
 };
 use observer_common::{
-    class::classify,
+    class::{classify, Op, OP_MASK},
     layout::KernelLayout,
-    maps::{Counter, Inflight, Slot, SLOTS, SLOTS_MAP_FLAGS},
+    maps::{Counter, Inflight, Remap, Slot, END_CHAINED, END_TRACED, SLOTS, SLOTS_MAP_FLAGS},
 };
 use observer_ebpf::{
     kernel::{bio_owner, disk_dev, original_flags, read, rq_dev},
@@ -26,7 +26,9 @@ use observer_ebpf::{
 pub static INFLIGHT_SLOTS: Array<Slot<Inflight>> = Array::with_max_entries(SLOTS, SLOTS_MAP_FLAGS);
 
 use crate::{
-    maps::{count, dev_slot, log_class, owner_count, scalar, stats, INFLIGHT, ZERO_INFLIGHT},
+    chain::{entered_at, hidden_end, link},
+    inherit,
+    maps::{addr_number, count, dev_slot, log_class, owner_count, stats, INFLIGHT, ZERO_INFLIGHT},
     probes::bio_queue::queued_at,
 };
 
@@ -37,8 +39,19 @@ use crate::{
 /// An existing entry for the same `struct request *` means the struct was freed and reused
 /// since we saw it enter: its completion never reached `block_rq_complete` here. With
 /// `replace`, that request is counted as completed with its latency lost, and replaced.
+///
+/// With `link_upper`, a request made from a remapped bio is linked to the upper I/O it serves
+/// (inherit.rs `UPPER`); without (a request first seen at its completion: that program is
+/// within 32 bytes of the 512-byte stack limit on 5.10), it only takes the bio's log class.
 #[inline(always)]
-pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayout) {
+pub fn enter(
+    rq: u64,
+    now: u64,
+    dispatch_ns: u64,
+    replace: bool,
+    link_upper: bool,
+    l: &KernelLayout,
+) {
     let mut enter_ns = now;
     if l.enter_fallback != 0 {
         // Seen late (insert, issue or completion; kernels before 6.5 have no block_io_start):
@@ -70,7 +83,15 @@ pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayou
     let dev = rq_dev(rq, l);
     // The disk's slot, looked up once here and kept in the entry for dispatch and completion.
     let disk_slot = dev_slot(dev);
-    let class = classify(original_flags(rq, l), l) | log_class(dev, disk_slot, sector);
+    // The mark is taken by the call that makes the entry, here: before 6.5 `enter` is also
+    // reached from tracepoints that find the request entered already (inherit.rs).
+    let (class_up, up) = if link_upper {
+        let up = inherit::take(bio);
+        (inherit::class_of(&up), up)
+    } else {
+        (inherit::take_class(bio), Remap::default())
+    };
+    let class = classify(original_flags(rq, l), l) | log_class(dev, disk_slot, sector) | class_up;
     unsafe {
         fill(
             e,
@@ -87,6 +108,9 @@ pub fn enter(rq: u64, now: u64, dispatch_ns: u64, replace: bool, l: &KernelLayou
         // The owner: the first bio's cgroup (a request merging bios of several cgroups is
         // counted for its first bio's; bios merged later are not read).
         put(addr_of_mut!((*e).owner_cgroup), bio_owner(bio));
+    }
+    if link_upper {
+        inherit::link(rq, enter_ns, &up);
     }
 }
 
@@ -109,15 +133,23 @@ unsafe fn submitter(e: *mut Inflight) {
 /// short-lived: they must not own `INFLIGHT_SLOTS` slots for good, see
 /// observer_common::maps::Slot). The entry is deleted at the bio's `block_bio_complete`
 /// (probes/rq_complete.rs, `bio_completed`). A live entry already at that address is a bio
-/// whose completion was not seen: counted as lost and replaced.
+/// whose completion was not seen: counted as lost and replaced, or, if it was chained to a bio
+/// not yet submitted then (chain.rs), counted as ended now. A bio chained so is linked.
 #[inline(always)]
 pub fn enter_bio(bio: u64, disk: u64, l: &KernelLayout) {
     let now = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
+    // Before `bio` is a map key (chain.rs, `link`).
+    let parent: u64 = read(bio, l.bio_private);
     let e = match INFLIGHT.get_ptr_mut(&bio) {
         Some(p) => {
             let old = unsafe { &*p };
             if old.is_live() {
-                lost(old);
+                if old.end_by == END_CHAINED {
+                    // Its end was not traced, and it has ended: its struct is reused.
+                    hidden_end(*old, now);
+                } else {
+                    count_lost(old);
+                }
             }
             p
         }
@@ -141,7 +173,10 @@ pub fn enter_bio(bio: u64, disk: u64, l: &KernelLayout) {
     let dev = disk_dev(disk, l);
     let disk_slot = dev_slot(dev);
     let sector: u64 = read(bio, l.bio_sector);
-    let class = classify(read(bio, l.bio_opf), l) | log_class(dev, disk_slot, sector);
+    let up = inherit::take(bio);
+    let class = classify(read(bio, l.bio_opf), l)
+        | log_class(dev, disk_slot, sector)
+        | inherit::class_of(&up);
     unsafe {
         fill(
             e,
@@ -156,7 +191,9 @@ pub fn enter_bio(bio: u64, disk: u64, l: &KernelLayout) {
         submitter(e);
         // The bio's owner (on a stacked disk: the cgroup the bio was charged to there).
         put(addr_of_mut!((*e).owner_cgroup), bio_owner(bio));
+        link(bio, parent, &mut *e);
     }
+    inherit::link(bio, now, &up);
 }
 
 /// Takes the entry of a bio of a bio-based disk out of `INFLIGHT` (see [`enter_bio`]): its
@@ -172,6 +209,101 @@ pub fn take_bio(bio: u64) -> Option<Inflight> {
     }
 }
 
+/// Bios up the `bi_private` chain [`tracked_parent`] looks at: the parent and grandparent.
+const MAX_UP: usize = 2;
+
+/// The live entry of the tracked bio-based parent of `bio` (`bio->bi_private`, set by
+/// block/bio.c bio_chain), or of its grandparent ([`MAX_UP`]): a piece split off a piece the
+/// kernel did not trace (drivers/md/raid0.c on 5.10 splits at chunk boundaries what
+/// blk-merge.c split before), or a chained bio folded into the next one (chain.rs). Further up,
+/// `bi_private` is rarely a bio.
+#[inline(always)]
+pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<(u64, *mut Inflight)> {
+    let mut b = bio;
+    for step in 0..MAX_UP {
+        // `bi_private` is a `void *`: what it points to has no BTF type, so the verifier
+        // refuses a direct load through it (tp_btf on 5.10: "Permission denied"); read the
+        // parent's own `bi_private` with a helper.
+        b = if step == 0 {
+            read(b, l.bio_private)
+        } else {
+            unsafe {
+                aya_ebpf::helpers::bpf_probe_read_kernel((b + l.bio_private as u64) as *const u64)
+                    .unwrap_or(0)
+            }
+        };
+        if b == 0 {
+            return None;
+        }
+        if let Some(p) = INFLIGHT.get_ptr_mut(&b) {
+            let e = unsafe { &*p };
+            return (e.is_live() && e.dispatch_ns == 0).then_some((b, p));
+        }
+    }
+    None
+}
+
+/// The entry for a piece split from a tracked bio of a bio-based disk below its
+/// `block_bio_queue`, ending on its own (remapped, or completing): its parent's (see
+/// [`tracked_parent`]) with the piece's own sector and size. The parent's count of pieces
+/// split off it (`bios`, from `block_split`) goes down by one, so it is not counted again at
+/// the parent's end; so do its bytes if it is a bio chained to the parent and folded into it
+/// (chain.rs), whose own entry time it gets back. `None` if the bio has no such parent, the parent is a discard, or the bio
+/// (sent on from sector `from` of the upper disk, when remapped) is a clone of the parent, not
+/// a piece of it ([`covers`]).
+#[inline(always)]
+pub fn piece_of(bio: u64, from: Option<u64>, l: &KernelLayout) -> Option<Inflight> {
+    let (parent, p) = tracked_parent(bio, l)?;
+    if let Some(from) = from {
+        if covers(parent, from, read::<u32>(bio, l.bio_size) as u64 >> 9, l) {
+            return None;
+        }
+    }
+    let p = unsafe { &mut *p };
+    // A discard is one I/O however it is cut: md sends a discard to each leg chained to its
+    // parent (drivers/md/raid0.c, raid0_handle_discard; raid10 too), and splits at the
+    // discard limits are the kernel's business (md's diskstats count them or not by kernel).
+    if p.class & OP_MASK == Op::Discard as u16 {
+        return None;
+    }
+    let size: u32 = read(bio, l.bio_size);
+    p.bios = p.bios.saturating_sub(1);
+    // A bio chained to it and folded in (chain.rs) gives its bytes back too.
+    p.bytes = p.bytes.saturating_sub(size as u64);
+    let mut e = *p;
+    e.sector = read(bio, l.bio_sector);
+    e.size = size;
+    e.end_by = END_TRACED;
+    e.bios = 0;
+    e.bytes = 0;
+    if let Some(t) = entered_at(bio, l) {
+        e.enter_ns = t;
+    }
+    Some(e)
+}
+
+/// Whether the bio `parent` (not typed in BTF: read with the helper) still covers any of the
+/// `sectors` (512 B) from `from`. block/bio.c bio_split gives the piece the front and advances
+/// the parent past it, so a piece never overlaps its parent; a clone sent on in the parent's
+/// place does (drivers/md/raid5.c raid5_read_one_chunk: the aligned read's clone has
+/// `bi_private` = the md bio, and the md bio ends, traced, when the clone does).
+#[inline(always)]
+fn covers(parent: u64, from: u64, sectors: u64, l: &KernelLayout) -> bool {
+    let at = |off: u32| unsafe {
+        aya_ebpf::helpers::bpf_probe_read_kernel((parent + off as u64) as *const u64).unwrap_or(0)
+    };
+    let start = at(l.bio_sector);
+    let len = (at(l.bio_size) as u32 as u64) >> 9;
+    from < start + len && start < from + sectors.max(1)
+}
+
+/// Whether `bio` was split or sent on from a tracked discard (see [`piece_of`]).
+#[inline(always)]
+pub fn is_piece_of_discard(bio: u64, l: &KernelLayout) -> bool {
+    tracked_parent(bio, l)
+        .is_some_and(|(_, p)| unsafe { (*p).class } & OP_MASK == Op::Discard as u16)
+}
+
 /// The `INFLIGHT` entry of `rq` to fill: its existing entry (kept for reuse), or a new one
 /// inserted for it. A live existing entry means the struct was freed and reused since we saw it
 /// enter: its completion never reached block_rq_complete here. With `replace`, that request is
@@ -180,7 +312,7 @@ pub fn take_bio(bio: u64) -> Option<Inflight> {
 pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
     // A struct that owns its array slot never has a hash entry: ownership is permanent, and a
     // struct only goes to the hash map when its slot belongs to another one.
-    let found = match claim(&INFLIGHT_SLOTS, scalar(rq)) {
+    let found = match claim(&INFLIGHT_SLOTS, addr_number(rq)) {
         Some(p) => Some(p),
         None => INFLIGHT.get_ptr_mut(&rq),
     };
@@ -190,7 +322,7 @@ pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
             if !replace {
                 return None;
             }
-            lost(old);
+            count_lost(old);
         }
         return Some(p);
     }
@@ -209,7 +341,7 @@ pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
 /// A request that completed without its completion reaching us: counted, no latency; its
 /// size, bios and missed merge at dispatch (if it was dispatched) are counted.
 #[inline(always)]
-pub fn lost(e: &Inflight) {
+pub fn count_lost(e: &Inflight) {
     if let Some(s) = stats(e.dev, e.class) {
         let s = unsafe { &mut *s };
         s.requests += 1;
@@ -223,7 +355,7 @@ pub fn lost(e: &Inflight) {
 /// [`Inflight::is_live`]).
 #[inline(always)]
 pub fn live(rq: u64) -> Option<&'static mut Inflight> {
-    let p = match owned(&INFLIGHT_SLOTS, scalar(rq)) {
+    let p = match owned(&INFLIGHT_SLOTS, addr_number(rq)) {
         Some(p) => p,
         None => INFLIGHT.get_ptr_mut(&rq)?,
     };
@@ -237,7 +369,7 @@ pub fn live(rq: u64) -> Option<&'static mut Inflight> {
 
 /// Marks an entry free (kept in the map for the next request on the same struct).
 #[inline(always)]
-pub fn free(e: &mut Inflight) {
+pub fn mark_free(e: &mut Inflight) {
     unsafe {
         put(&mut e.enter_ns, 0);
         put(&mut e.dispatch_ns, 0);

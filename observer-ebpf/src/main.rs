@@ -15,9 +15,12 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod chain;
 mod inflight;
+mod inherit;
 mod maps;
 mod merge;
+mod nested;
 mod probes;
 mod stall;
 

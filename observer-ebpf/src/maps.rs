@@ -54,7 +54,7 @@ static ZERO: PerCpuArray<ClassStats> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static LOG_RANGES: Array<LogRanges> = Array::with_max_entries(DEV_SLOTS, 0);
 
-/// One u64 per CPU, where [`scalar`] turns a pointer into a number.
+/// One u64 per CPU, where [`addr_number`] turns a pointer into a number.
 #[map]
 static SCRATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
@@ -70,7 +70,7 @@ static SCRATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// retried; after 4 clobbered tries, 0 (the caller then uses the hash map). Without this check
 /// the 1-minute soak counted 4 untracked and 2 unexplained lost completions.
 #[inline(always)]
-pub fn scalar(p: u64) -> u64 {
+pub fn addr_number(p: u64) -> u64 {
     let Some(s) = SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
@@ -242,6 +242,13 @@ pub fn dev_slot(dev: u32) -> u32 {
             NO_SLOT
         }
     }
+}
+
+/// The slot the daemon gave disk `dev` (`DEV_INDEX`), or `None`, not counted: for a disk that
+/// is not a request's own (the disk above in `block_bio_remap`, or a partition there).
+#[inline(always)]
+pub fn indexed_slot(dev: u32) -> Option<u32> {
+    unsafe { DEV_INDEX.get(&dev) }.copied()
 }
 
 /// [`observer_common::class::LOG`] if the request starts inside a filesystem log range of its

@@ -10,7 +10,7 @@ use crate::store::put;
 
 /// The value of the object at `addr` in its slot, if it owns the slot; else `None` (the object
 /// lives in the hash map, if anywhere). `addr` must be a number, not a typed pointer (the
-/// verifier refuses shifts of pointers): see the observer's `maps::scalar`.
+/// verifier refuses shifts of pointers): see the observer's `maps::addr_number`.
 #[inline(always)]
 pub fn owned<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut V> {
     let s = slot_of(map, addr)?;

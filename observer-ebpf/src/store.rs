@@ -1,6 +1,6 @@
 //! Writing map values. Every store is a plain (volatile) store of one field: a struct-wide
 //! write may be compiled to a call to an out-of-line `memset`/`memcpy`, which the verifier of
-//! 6.1 refuses on map values (see observer/src/probes.rs, `programs_call_no_memory_builtins`).
+//! 6.1 refuses on map values (see observer/src/bpf/loader.rs, `programs_call_no_memory_builtins`).
 use core::ptr::addr_of_mut;
 
 use aya_ebpf::{
@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use observer_common::{
     hist::{bucket_index, NBUCKETS},
-    maps::{Inflight, StageHist},
+    maps::{Inflight, StageHist, END_TRACED},
 };
 
 /// Writes a value with a plain store that the compiler may not merge with its neighbours.
@@ -49,7 +49,7 @@ pub unsafe fn fill(
     put(addr_of_mut!((*e).slot), slot);
     put(addr_of_mut!((*e).bios), 0);
     put(addr_of_mut!((*e).missed), 0);
-    put(addr_of_mut!((*e)._pad), 0);
+    put(addr_of_mut!((*e).end_by), END_TRACED);
     put(addr_of_mut!((*e).owner_cgroup), 0);
 }
 
@@ -62,6 +62,17 @@ pub fn observe(h: &mut StageHist, ns: u64) {
     }
     h.buckets[i] += 1;
     h.sum_ns += ns;
+}
+
+/// Adds `n` samples of `ns` to a histogram.
+#[inline(always)]
+pub fn observe_n(h: &mut StageHist, ns: u64, n: u64) {
+    let mut i = bucket_index(ns);
+    if i >= NBUCKETS {
+        i = NBUCKETS - 1;
+    }
+    h.buckets[i] += n;
+    h.sum_ns += ns * n;
 }
 
 /// The entry of `key` in a per-CPU hash map, inserted from the all-zero template `zero[0]` on

@@ -164,6 +164,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(cmd) = cli.command {
         // A client piped into `head` should end quietly, like other CLI tools.
+        // SAFETY: restores the default disposition of one signal; no handler is involved.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
         let result = match cmd {
             Command::Stalls {

@@ -1,10 +1,7 @@
 //! [`AppState`]: what the HTTP handlers, the background tasks and the reloader share. Built once
 //! at startup by [`crate::daemon`]; nothing here depends on the HTTP layer.
 
-use std::sync::{
-    atomic::{AtomicU64, Ordering},
-    Arc, Mutex, RwLock,
-};
+use std::sync::{Arc, Mutex, RwLock};
 
 use observer_common::maps::Settings;
 
@@ -15,47 +12,15 @@ use crate::{
     },
     collect::{
         events::History,
+        gone::GoneDevices,
         reaper::{Reaped, Reaper},
         windows::HistogramWindows,
     },
     config::{DeviceFilter, LiveWebConfig},
     disks::KnownDisks,
-    exposition::{BucketMap, ProcessMetrics},
+    exposition::{selfmon::HttpRejections, BucketMap, ProcessMetrics},
     fslog::FsLogState,
 };
-
-/// HTTP requests and connections refused by the `[http]` limits or the web configuration, by
-/// reason (for `blkobs_http_rejected_total`).
-#[derive(Debug, Default)]
-pub struct HttpRejections {
-    /// Connections closed at once because `max_connections` were open.
-    pub max_connections: AtomicU64,
-    /// Requests answered 503 because `max_requests` were being served.
-    pub max_requests: AtomicU64,
-    /// Requests answered 414: request target longer than `max_uri_bytes`.
-    pub uri_too_long: AtomicU64,
-    /// Connections closed because their TLS handshake failed or timed out (plain HTTP to the
-    /// TLS port, no or a wrong client certificate, an untrusted server certificate).
-    pub tls_handshake: AtomicU64,
-    /// Requests answered 401: no or wrong basic auth credentials.
-    pub unauthorized: AtomicU64,
-}
-
-impl HttpRejections {
-    /// (reason label, count) for each reason.
-    pub fn counts(&self) -> [(&'static str, u64); 5] {
-        [
-            (
-                "max_connections",
-                self.max_connections.load(Ordering::Relaxed),
-            ),
-            ("max_requests", self.max_requests.load(Ordering::Relaxed)),
-            ("uri_too_long", self.uri_too_long.load(Ordering::Relaxed)),
-            ("tls_handshake", self.tls_handshake.load(Ordering::Relaxed)),
-            ("unauthorized", self.unauthorized.load(Ordering::Relaxed)),
-        ]
-    }
-}
 
 /// The settings a configuration reload (SIGHUP) may change, swapped as a whole.
 #[derive(Clone)]
@@ -83,6 +48,8 @@ pub struct AppState {
     pub reaped: Reaped,
     /// The reaper's state (its request-state probe, suspects between passes).
     pub reaper: Mutex<Reaper>,
+    /// Disks missing from `/sys/block`, until `[devices] forget_after` removes their series.
+    pub gone: Mutex<GoneDevices>,
     /// Slow requests and stall episodes from the kernel.
     pub history: Mutex<History>,
     /// Histogram snapshots for `/histograms?since=`.
@@ -107,8 +74,9 @@ pub struct AppState {
 
 impl AppState {
     /// Run counters of every program the daemon loaded (attached ones and the reaper's probe),
-    /// as far as they are worth exporting ([`crate::bpf::progstats::exported`]).
-    pub fn program_runs(&self) -> Vec<crate::bpf::progstats::ProgramRun> {
+    /// and whether their run counts and times are worth exporting
+    /// ([`crate::bpf::progstats::runs_exported`]).
+    pub fn program_runs(&self) -> (Vec<crate::bpf::progstats::ProgramRun>, bool) {
         let mut runs = self
             .programs
             .lock()
@@ -120,6 +88,8 @@ impl AppState {
         if let Some(p) = &self.request_probe {
             runs.extend(p.program_runs());
         }
-        crate::bpf::progstats::exported(runs, crate::bpf::progstats::stats_enabled())
+        let timed =
+            crate::bpf::progstats::runs_exported(&runs, crate::bpf::progstats::stats_enabled());
+        (runs, timed)
     }
 }

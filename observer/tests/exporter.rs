@@ -124,7 +124,8 @@ fn program_cost(m: &Metrics, prefix: &str) -> (f64, f64) {
 /// With `kernel.bpf_stats_enabled=1` every program the daemon loaded is listed, and the
 /// completion program's runs grow by at least the completions /proc/diskstats counts on a loop
 /// device (it runs for every disk on the host, and for partial completions too), with a
-/// positive run time. With the sysctl at 0 (checked only when it was 0 before the test: others on this host
+/// positive run time. Every program's recursion misses are listed, whatever the sysctl. With
+/// the sysctl at 0 (checked only when it was 0 before the test: others on this host
 /// may be using the statistics) nothing is exported. The old value is restored.
 #[test]
 fn bpf_program_cost_counts_every_completion() {
@@ -137,6 +138,15 @@ fn bpf_program_cost_counts_every_completion() {
         stats.write("1");
     }
     let daemon = Daemon::start(&[]);
+    // Recursion misses are counted by the kernel always: listed for every program either way
+    // (read back with BPF_OBJ_GET_INFO_BY_FD; a failed read would drop the program).
+    let m = daemon.scrape();
+    let missed: Vec<&String> = m
+        .select("blkobs_bpf_program_recursion_misses_total", &[])
+        .map(|s| &s.labels["program"])
+        .collect();
+    assert!(missed.len() >= 10, "recursion misses of {missed:?}");
+    assert!(missed.iter().any(|p| *p == "rq_state"), "{missed:?}");
     if was_off {
         let m = daemon.scrape();
         assert_eq!(

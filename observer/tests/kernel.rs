@@ -243,8 +243,12 @@ fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
 
     // 4. Time witness: diskstats' time spent on reads vs our total-stage sums. The kernel
     //    starts its clock at request allocation; our total starts earlier, when the first bio
-    //    entered (block_bio_queue), so ours is the same or slightly more (measured +0.4 % to
-    //    +1.7 %).
+    //    entered (block_bio_queue), which makes ours more (measured +0.4 % to +1.7 %). But the
+    //    kernel's clock is read once per plug (block/blk.h blk_time_get_ns caches it in the
+    //    submitting task's plug until it sleeps or is preempted; block/blk-mq.c
+    //    blk_mq_rq_time_init): every request allocated later in the same plug starts at the
+    //    plug's first time, which makes diskstats more. On a loaded 2-core CI machine that won
+    //    once (ours -2.2 %), so the witness is held to -5 % .. +5 %.
     let our_read_s = after.sum(
         "blkobs_request_latency_seconds_sum",
         &[("device", n), ("op", "read"), ("stage", "total")],
@@ -255,7 +259,7 @@ fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
     let ks_read_s = delta(|s| s.read_ms) / 1000.0;
     eprintln!("[{scheduler}] read time: diskstats {ks_read_s:.3} s, observer {our_read_s:.3} s");
     assert!(
-        our_read_s <= ks_read_s * 1.05 + 0.02 && our_read_s >= ks_read_s * 0.98 - 0.01,
+        our_read_s <= ks_read_s * 1.05 + 0.02 && our_read_s >= ks_read_s * 0.95 - 0.01,
         "read time {our_read_s} s vs diskstats {ks_read_s} s"
     );
 
@@ -324,10 +328,35 @@ fn partition_io_counts_for_the_disk() {
         "label: dos\nstart=2048, size=32768\n"
     ));
     sh("partx", &["-a", &dev.path]);
+    // The partition goes before the loop device, also when an assertion fails (a partition
+    // left on a detached loop device breaks the next test that gets its number).
+    struct Parts<'a>(&'a str);
+    impl Drop for Parts<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("partx").args(["-d", self.0]).status();
+        }
+    }
+    let _parts = Parts(&dev.path);
     let part = format!("{}p1", dev.path);
     assert!(Path::new(&part).exists(), "{part} missing");
     quiesce(&dev.name);
-    let w0 = daemon.scrape().sum(
+    // The disk has its slot (the daemon indexes new disks every second): its own requests
+    // are then never unindexed.
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let v = json(&daemon, "/devices");
+            v["devices"]
+                .as_array()?
+                .iter()
+                .any(|d| d["device"] == dev.name.as_str() && d["tracking"] == "full")
+                .then_some(())
+        })
+        .is_some(),
+        "{} never got a slot",
+        dev.name
+    );
+    let m0 = daemon.scrape();
+    let w0 = m0.sum(
         "blkobs_requests_total",
         &[("device", &dev.name), ("op", "write")],
     );
@@ -351,6 +380,13 @@ fn partition_io_counts_for_the_disk() {
     );
     assert_eq!(w1 - w0, (diskstats(&dev.name).writes - d0.writes) as f64);
     assert!(w1 - w0 >= 100.0);
+    // A bio sent to a partition is remapped to its disk (block/blk-core.c blk_partition_remap
+    // traces it): no request of an unindexed disk for that.
+    assert_eq!(
+        m.sum("blkobs_unindexed_requests_total", &[]),
+        m0.sum("blkobs_unindexed_requests_total", &[]),
+        "partition bios counted as unindexed requests"
+    );
     assert_eq!(
         m.select(
             "blkobs_requests_total",
@@ -359,7 +395,6 @@ fn partition_io_counts_for_the_disk() {
         .count(),
         0
     );
-    let _ = Command::new("partx").args(["-d", &dev.path]).status();
 }
 
 /// Requests already in flight when the daemon starts (or entering while it attaches its

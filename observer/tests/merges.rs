@@ -17,7 +17,6 @@ mod support;
 
 use std::{
     collections::BTreeMap,
-    path::PathBuf,
     time::{Duration, Instant},
 };
 
@@ -35,61 +34,41 @@ struct Issue {
     sectors: u64,
 }
 
-/// A private ftrace instance recording `block_rq_issue` on one disk with the mono clock;
-/// removed on drop (also when the test fails).
-struct IssueTrace {
-    dir: PathBuf,
-}
+/// An [`Ftrace`] of `block_rq_issue` on one disk with the mono clock.
+struct IssueTrace(Ftrace);
 
 impl IssueTrace {
     fn start(kdev: u32) -> IssueTrace {
-        ensure_tracefs();
-        let dir = PathBuf::from("/sys/kernel/tracing/instances").join(unique("blkobs-merges"));
-        std::fs::create_dir(&dir).expect("tracefs instance (is /sys/kernel/tracing mounted?)");
-        let t = IssueTrace { dir };
-        std::fs::write(t.dir.join("buffer_size_kb"), "16384").unwrap();
-        std::fs::write(t.dir.join("trace_clock"), "mono").unwrap();
-        let ev = t.dir.join("events/block/block_rq_issue");
-        std::fs::write(ev.join("filter"), format!("dev == {kdev}")).unwrap();
-        std::fs::write(ev.join("enable"), "1").unwrap();
-        t
+        IssueTrace(Ftrace::start(
+            "merges",
+            FtraceSpec {
+                events: &["block_rq_issue"],
+                kdevs: &[kdev],
+                mono: true,
+                ..Default::default()
+            },
+        ))
     }
 
     /// Stops and returns the dispatches in time order.
     fn stop(&self) -> Vec<Issue> {
-        std::fs::write(self.dir.join("events/block/block_rq_issue/enable"), "0").unwrap();
-        let mut out: Vec<Issue> = read_trace(&self.dir)
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(parse_issue)
+        let mut out: Vec<Issue> = self
+            .0
+            .stop()
+            .into_iter()
+            .map(|e| {
+                let (sector, sectors) = e.range().expect("trace line format");
+                Issue {
+                    t: e.t_ns,
+                    op: op_letter(e.rwbs()),
+                    sector,
+                    sectors,
+                }
+            })
             .collect();
         out.sort_by_key(|i| i.t);
         out
     }
-}
-
-impl Drop for IssueTrace {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.dir.join("events/block/block_rq_issue/enable"), "0");
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
-/// "fio-123 [001] ..... 1234.567890123: block_rq_issue: 7,0 WS 4096 () 8 + 8 [fio]".
-fn parse_issue(line: &str) -> Option<Issue> {
-    let (head, rest) = line.split_once(" block_rq_issue: ")?;
-    let ts = head.trim_end_matches(':').rsplit(' ').next()?;
-    let (s, ns) = ts.split_once('.')?;
-    let ns = format!("{ns:0<9}");
-    let t = s.parse::<u64>().ok()? * 1_000_000_000 + ns[..9].parse::<u64>().ok()?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let plus = f.iter().position(|x| *x == "+")?;
-    Some(Issue {
-        t,
-        op: op_letter(f[1]),
-        sector: f[plus - 1].parse().ok()?,
-        sectors: f[plus + 1].parse().ok()?,
-    })
 }
 
 /// The op letter of an rwbs string (kernel/trace/blktrace.c, blk_fill_rwbs): an optional
@@ -265,9 +244,11 @@ fn nomerges_2_misses_what_0_merges() {
         );
         assert_eq!(got.size_sum, fio_ios as f64 * 4096.0);
         // Four CPUs' dispatches may reach the device's state in another order than ftrace's
-        // timestamps: within 2 % (+ 2) of the witness.
+        // timestamps: within 2 % (+ 4) of the witness. Seen on 5.10 under TCG with
+        // nomerges=0 (a few dozen pairs): 9/8, 10/8, 13/15, 34/31; with nomerges=2 (thousands)
+        // at most 15 apart (3,386/3,371).
         assert!(
-            (got.missed - witness).abs() <= witness * 0.02 + 2.0,
+            (got.missed - witness).abs() <= witness * 0.02 + 4.0,
             "missed merges {} vs ftrace {witness}",
             got.missed
         );

@@ -10,7 +10,6 @@ mod support;
 
 use std::{
     collections::HashMap,
-    path::PathBuf,
     process::{Command, Stdio},
 };
 
@@ -18,58 +17,33 @@ use support::*;
 
 const EVENTS: [&str; 3] = ["block_bio_queue", "block_rq_issue", "block_rq_complete"];
 
-/// A private ftrace instance with the three events on one disk, mono clock; removed on drop.
-struct StageTrace {
-    dir: PathBuf,
-}
+/// An [`Ftrace`] of the three events on one disk, mono clock.
+struct StageTrace(Ftrace);
 
 impl StageTrace {
     fn start(kdev: u32) -> StageTrace {
-        ensure_tracefs();
-        let dir = PathBuf::from("/sys/kernel/tracing/instances").join(unique("blkobs-stages"));
-        std::fs::create_dir(&dir).expect("tracefs instance (is /sys/kernel/tracing mounted?)");
-        let t = StageTrace { dir };
-        std::fs::write(t.dir.join("buffer_size_kb"), "32768").unwrap();
-        std::fs::write(t.dir.join("trace_clock"), "mono").unwrap();
-        for e in EVENTS {
-            let ev = t.dir.join("events/block").join(e);
-            std::fs::write(ev.join("filter"), format!("dev == {kdev}")).unwrap();
-            std::fs::write(ev.join("enable"), "1").unwrap();
-        }
-        t
+        StageTrace(Ftrace::start(
+            "stages",
+            FtraceSpec {
+                events: &EVENTS,
+                kdevs: &[kdev],
+                buffer_kb: 32768,
+                mono: true,
+                ..Default::default()
+            },
+        ))
     }
 
     /// Stops and returns (event, sector, time in ns) in trace order.
     fn stop(&self) -> Vec<(String, u64, u64)> {
-        for e in EVENTS {
-            std::fs::write(self.dir.join("events/block").join(e).join("enable"), "0").unwrap();
-        }
-        let text = read_trace(&self.dir);
-        let mut out = Vec::new();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some(e) = EVENTS.iter().find(|e| line.contains(&format!(" {e}: "))) else {
-                continue;
-            };
-            // "... [001] ..... 1234.567890123: block_rq_issue: 7,0 WS 4096 () 8 + 8 [fio]"
-            let (head, rest) = line.split_once(&format!(" {e}: ")).unwrap();
-            let ts = head.trim_end_matches(':').rsplit(' ').next().unwrap();
-            let (s, ns) = ts.split_once('.').unwrap();
-            let ns = format!("{ns:0<9}");
-            let t = s.parse::<u64>().unwrap() * 1_000_000_000 + ns[..9].parse::<u64>().unwrap();
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let plus = f.iter().position(|x| *x == "+").expect("trace line format");
-            out.push((e.to_string(), f[plus - 1].parse().unwrap(), t));
-        }
-        out
-    }
-}
-
-impl Drop for StageTrace {
-    fn drop(&mut self) {
-        for e in EVENTS {
-            let _ = std::fs::write(self.dir.join("events/block").join(e).join("enable"), "0");
-        }
-        let _ = std::fs::remove_dir(&self.dir);
+        self.0
+            .stop()
+            .into_iter()
+            .map(|e| {
+                let (sector, _) = e.range().expect("trace line format");
+                (e.event.to_string(), sector, e.t_ns)
+            })
+            .collect()
     }
 }
 

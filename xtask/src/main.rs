@@ -175,7 +175,7 @@ fn main() -> Result<()> {
                 vm::run(
                     &root(),
                     vm::VmArgs {
-                        timeout_min: 20,
+                        timeout_min: 30,
                         ..Default::default()
                     },
                 )

@@ -1,6 +1,7 @@
 //! Booting one kernel for `cargo xtask vmtest`: virtiofsd for the host root (read-only) and the
 //! workspace, qemu (TCG) with our initramfs, the console streamed to stderr and
-//! target/vm/<label>/console.log, the payload's exit code read from its marker line.
+//! target/vm/<label>/console.log, the payload's exit code read from its marker line; a guest
+//! whose payload falls silent for [`STALL`] is killed as stalled.
 
 use std::{
     fs,
@@ -74,9 +75,27 @@ fn spawn_virtiofsd(dir: &Path, sock: &Path, ro_mnt: Option<&Path>, log: &Path) -
         .context("starting virtiofsd under unshare")
 }
 
+/// A guest whose payload has printed nothing for this long has stopped making progress (the
+/// longest quiet test of the matrix prints within about a minute under TCG). CI once saw a 5.10
+/// guest stall so: a CPU in the kernel for 584 s (an RCU stall) and a soft lockup in the
+/// running test's task, and nothing after.
+pub(crate) const STALL: Duration = Duration::from_secs(300);
+
+/// Whether a console line is the kernel's (`[ 1234.567890] ...`) rather than the payload's.
+fn kernel_line(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with('[')
+        && t[1..]
+            .split(']')
+            .next()
+            .is_some_and(|ts| ts.trim().parse::<f64>().is_ok())
+}
+
 #[derive(Default)]
 struct Console {
     payload_at: Option<Instant>,
+    /// When the payload last printed a line (not the kernel).
+    payload_line_at: Option<Instant>,
     rc: Option<i32>,
     fail: Option<String>,
     tail: Vec<String>,
@@ -137,6 +156,7 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
         std::thread::sleep(Duration::from_millis(50));
     }
 
+    let images = GuestDisks::create(label)?;
     let mem = "3072M";
     let mut q = Command::new("qemu-system-x86_64");
     q.args([
@@ -175,13 +195,16 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
         "-device",
         "vhost-user-fs-pci,queue-size=1024,chardev=fs1,tag=workspace",
     ])
+    .args(images.qemu_args())
     .arg("-kernel")
     .arg(&k.vmlinuz)
     .arg("-initrd")
     .arg(&initrd)
     .args([
         "-append",
-        "console=ttyS0 panic=-1 loglevel=4 mitigations=off",
+        // One polled queue on each NVMe controller (io_uring --hipri completes in the
+        // submitting task); the driver is built into Debian's cloud kernels.
+        "console=ttyS0 panic=-1 loglevel=4 mitigations=off nvme.poll_queues=1",
     ])
     .stdin(Stdio::null())
     .stdout(Stdio::piped());
@@ -215,6 +238,9 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
                 let _ = writeln!(log, "{line}");
                 eprintln!("[{label}] {line}");
                 let mut s = state.lock().unwrap();
+                if !kernel_line(&line) {
+                    s.payload_line_at = Some(Instant::now());
+                }
                 if line.contains("BLKOBS-VM-PAYLOAD-START") && s.payload_at.is_none() {
                     s.payload_at = Some(Instant::now());
                 } else if let Some(rc) = line.split("BLKOBS-VM-RC=").nth(1) {
@@ -233,12 +259,22 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
         })
     };
     let mut timed_out = false;
+    let mut stalled = false;
     let status = loop {
         if let Some(st) = qemu.try_wait()? {
             break st;
         }
         if start.elapsed() > timeout {
             timed_out = true;
+            let _ = qemu.kill();
+            break qemu.wait()?;
+        }
+        let quiet = {
+            let s = state.lock().unwrap();
+            s.payload_at.and(s.payload_line_at).map(|t| t.elapsed())
+        };
+        if quiet.is_some_and(|q| q > STALL) {
+            stalled = true;
             let _ = qemu.kill();
             break qemu.wait()?;
         }
@@ -253,6 +289,7 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
             std::thread::sleep(Duration::from_millis(50));
         }
         if f.try_wait().ok().flatten().is_none() {
+            // SAFETY: kill(2) with our own child's pid (not yet reaped: try_wait saw it running).
             unsafe { libc::kill(f.id() as i32, libc::SIGTERM) };
             std::thread::sleep(Duration::from_millis(300));
             let _ = f.kill();
@@ -260,6 +297,7 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
         let _ = f.wait();
     }
     let _ = fs::remove_dir_all(&run);
+    drop(images);
 
     let s = state.lock().unwrap();
     let rc = s.rc.or_else(|| {
@@ -278,7 +316,13 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
         .collect::<Vec<_>>()
         .join("\n  ");
     let log = dir.join("console.log").display().to_string();
-    let error = if timed_out {
+    let error = if stalled {
+        Some(format!(
+            "stalled: the payload printed nothing for {} s (the guest stopped making progress); \
+             see {log}. Last console lines:\n  {tail}",
+            STALL.as_secs()
+        ))
+    } else if timed_out {
         Some(format!(
             "timed out after {} min ({}); raise --timeout-min or look at {log}. Last console lines:\n  {tail}{}",
             timeout.as_secs() / 60,
@@ -314,5 +358,131 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
         boot,
         total,
         error,
+        stalled,
+        retried: None,
     })
+}
+
+/// The real block drivers every guest gets, over sparse image files in /dev/shm (removed when
+/// the guest is gone). Tests find a disk by its serial (`/sys/block/*/serial`, `device/serial`,
+/// SCSI `device/vpd_pg80`; observer/tests/support/guest.rs):
+///
+/// | serial | qemu device | guest disk |
+/// |---|---|---|
+/// | `blkobs-nvme` | `nvme`, 2 I/O queues + 1 poll queue, volatile write cache, native FUA | `nvme0n1` |
+/// | `blkobs-mp` | `nvme-subsys` with two `nvme` controllers sharing namespace 1 | head `nvme1n1`, hidden paths `nvme1c1n1`, `nvme1c2n1` |
+/// | `blkobs-vblk` | `virtio-blk-pci` | `vda` |
+/// | `blkobs-vtiny` | `virtio-blk-pci`, 16-entry virtqueue, no indirect descriptors, 1 queue (requeues) | `vdb` |
+/// | `blkobs-scsi` | `virtio-scsi-pci` + `scsi-hd` | `sda` |
+///
+/// Names are the usual ones, not promised: tests look the serial up.
+pub(crate) struct GuestDisks {
+    dir: PathBuf,
+    args: Vec<String>,
+}
+
+/// (serial, size in MiB) of the image files.
+const GUEST_IMAGES: [(&str, u64); 5] = [
+    ("blkobs-nvme", 2048),
+    ("blkobs-mp", 2048),
+    ("blkobs-vblk", 2048),
+    ("blkobs-vtiny", 1024),
+    ("blkobs-scsi", 2048),
+];
+
+impl GuestDisks {
+    fn create(label: &str) -> Result<GuestDisks> {
+        let dir = PathBuf::from(format!(
+            "/dev/shm/blkobs-vm-{}-{}",
+            std::process::id(),
+            label.replace('.', "_")
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut img = std::collections::HashMap::new();
+        for (serial, mib) in GUEST_IMAGES {
+            let p = dir.join(format!("{serial}.img"));
+            let f = fs::File::create(&p).with_context(|| format!("creating {}", p.display()))?;
+            f.set_len(mib << 20)?;
+            img.insert(serial, p.display().to_string());
+        }
+        let drive = |id: &str, serial: &str| {
+            format!(
+                "file={},if=none,id={id},format=raw,cache=unsafe,aio=threads",
+                img[serial]
+            )
+        };
+        let mut args = Vec::new();
+        let mut push = |a: &str, b: String| {
+            args.push(a.to_string());
+            args.push(b);
+        };
+        push("-drive", drive("nvm0", "blkobs-nvme"));
+        push(
+            "-device",
+            "nvme,serial=blkobs-nvme,drive=nvm0,max_ioqpairs=4".into(),
+        );
+        push("-device", "nvme-subsys,id=mpsub,nqn=blkobs-mp".into());
+        push(
+            "-device",
+            "nvme,serial=blkobs-mp,subsys=mpsub,id=mpc0".into(),
+        );
+        push(
+            "-device",
+            "nvme,serial=blkobs-mp,subsys=mpsub,id=mpc1".into(),
+        );
+        push("-drive", drive("mp0", "blkobs-mp"));
+        push(
+            "-device",
+            "nvme-ns,drive=mp0,nsid=1,shared=on,bus=mpc0".into(),
+        );
+        push("-drive", drive("vb0", "blkobs-vblk"));
+        push(
+            "-device",
+            "virtio-blk-pci,drive=vb0,serial=blkobs-vblk".into(),
+        );
+        push("-drive", drive("vt0", "blkobs-vtiny"));
+        push(
+            "-device",
+            "virtio-blk-pci,drive=vt0,serial=blkobs-vtiny,queue-size=16,indirect_desc=off,num-queues=1".into(),
+        );
+        push("-device", "virtio-scsi-pci,id=scsi0".into());
+        push("-drive", drive("sc0", "blkobs-scsi"));
+        push(
+            "-device",
+            "scsi-hd,drive=sc0,bus=scsi0.0,serial=blkobs-scsi".into(),
+        );
+        Ok(GuestDisks { dir, args })
+    }
+
+    fn qemu_args(&self) -> &[String] {
+        &self.args
+    }
+}
+
+impl Drop for GuestDisks {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_line;
+
+    #[test]
+    fn kernel_lines_are_told_from_the_payloads() {
+        assert!(kernel_line(
+            "[ 1048.698632] watchdog: BUG: soft lockup - CPU#1 stuck for 22s!"
+        ));
+        assert!(kernel_line(
+            "[    0.000000] Linux version 5.10.0-43-cloud-amd64"
+        ));
+        assert!(!kernel_line("test md_raid1_xfs ... ok"));
+        assert!(!kernel_line(
+            "[6.12.118+deb13-cloud-amd64 raid1 md124] loop0: log writes 65"
+        ));
+        assert!(!kernel_line("[vm] 5.10: booting"));
+        assert!(!kernel_line(""));
+    }
 }

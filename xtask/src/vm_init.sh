@@ -44,7 +44,7 @@ echo "BLKOBS-VM: host root and workspace mounted, uptime $(up)s"
 # Test modules, with the host's kmod against the unpacked package (depmod ran on the host). The
 # payload gets its path as BLKOBS_VM_MODROOT for more: `modprobe -d "$BLKOBS_VM_MODROOT" null_blk`.
 # One modprobe for all (each start is slow under TCG); then report what is missing.
-MODS="loop xfs ext4 mq-deadline fuse dm-mod dm-delay dm-flakey raid1"
+MODS="loop xfs ext4 mq-deadline fuse dm-mod dm-delay dm-flakey dm-crypt dm-thin-pool raid0 raid1 raid10 raid456 virtio_blk virtio_scsi sd_mod nvme"
 chroot $R /sbin/modprobe -a -d "$MODROOT" -S "$KVER" $MODS 2>&1
 for m in $MODS; do
   [ -e "/sys/module/$(echo $m | tr - _)" ] && continue

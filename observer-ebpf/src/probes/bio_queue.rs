@@ -31,10 +31,12 @@ use observer_ebpf::{
     store::put,
 };
 
-use super::rq_complete::bio_completed;
+use super::{bio_remap::ended_unrequested, rq_complete::bio_completed};
 use crate::{
     inflight::enter_bio,
-    maps::{count, scalar},
+    inherit,
+    maps::{addr_number, count},
+    nested::{self, Pair},
 };
 
 /// Bios between entry and request whose slot another bio holds: address → entry
@@ -66,8 +68,8 @@ fn on_bio_queue(c: &impl EbpfContext, i: usize) {
     );
     // Its own slot, leased until the bio becomes a request, merges or ends; nearly always
     // free (few bios wait at once). Every field is written: the slot holds the last bio's.
-    // (`scalar` gives 0 in the rare case it fails: then the hash map, keyed by the pointer.)
-    if let Some(p) = lease(&BIO_SLOTS, scalar(bio)) {
+    // (`addr_number` gives 0 in the rare case it fails: then the hash map, keyed by the pointer.)
+    if let Some(p) = lease(&BIO_SLOTS, addr_number(bio)) {
         unsafe {
             put(addr_of_mut!((*p).sector), sector);
             put(addr_of_mut!((*p).dev), dev);
@@ -100,7 +102,7 @@ pub fn queued_at(bio: u64) -> Option<u64> {
     if bio == 0 {
         return None;
     }
-    if let Some(t) = give_back(&BIO_SLOTS, scalar(bio), |b| b.queue_ns) {
+    if let Some(t) = give_back(&BIO_SLOTS, addr_number(bio), |b| b.queue_ns) {
         return Some(t);
     }
     let t = unsafe { BIO_QUEUED.get(&bio) }?.queue_ns;
@@ -111,7 +113,8 @@ pub fn queued_at(bio: u64) -> Option<u64> {
 /// Forgets a bio that merged into an existing request, or ended (removes its entry, if any).
 #[inline(always)]
 pub fn forget(bio: u64) {
-    if bio != 0 && give_back(&BIO_SLOTS, scalar(bio), |_| ()).is_none() {
+    inherit::forget(bio);
+    if bio != 0 && give_back(&BIO_SLOTS, addr_number(bio), |_| ()).is_none() {
         let _ = BIO_QUEUED.remove(&bio);
     }
 }
@@ -119,19 +122,44 @@ pub fn forget(bio: u64) {
 /// `block_bio_complete(struct request_queue *q, struct bio *bio, ...)` (the queue first on
 /// every kernel; block/bio.c, bio_endio, only for bios that passed block_bio_queue): the bio
 /// ended. On a bio-based disk (`q->mq_ops` NULL) it is aggregated; else its entry is forgotten.
+/// The first program of a nested.rs pair.
 #[inline(always)]
 fn on_bio_complete(c: &impl EbpfContext, i: usize) {
+    nested::ran(Pair::BioComplete, nested::bio_key(arg(c, i)));
+    bio_end(c, i);
+}
+
+/// `block_bio_complete` again, attached after [`on_bio_complete`]'s program: an end the kernel
+/// skipped that program for (it was running on this CPU: nested.rs) is handled here.
+#[inline(always)]
+fn on_bio_complete_nested(c: &impl EbpfContext, i: usize) {
+    if nested::skipped(Pair::BioComplete, nested::bio_key(arg(c, i))) {
+        count(Counter::NestedEnds);
+        bio_end(c, i);
+    }
+}
+
+/// What either program does for one end.
+#[inline(always)]
+fn bio_end(c: &impl EbpfContext, i: usize) {
     let bio = arg(c, i);
     let q = arg(c, i - 1);
     let l = layout();
     if q != 0 && read::<u64>(q, l.q_mq_ops) == 0 {
+        // A mark of a bio ending here was taken when it entered (inherit.rs); no map
+        // operation more here: 5.10's raw_tp variant is at the 512-byte stack limit.
         bio_completed(bio, &l);
         return;
     }
-    forget(bio);
+    let status: u8 = read(bio, l.bio_status);
+    if !ended_unrequested(bio, status as u64) {
+        forget(bio);
+    }
 }
 
 programs!(on_bio_complete => "block_bio_complete", bio_complete, bio_complete_raw, 1);
 programs!(on_bio_complete => "block_bio_complete", bio_complete_q, bio_complete_q_raw, 1);
+programs!(on_bio_complete_nested => "block_bio_complete", bio_complete_nested, bio_complete_nested_raw, 1);
+programs!(on_bio_complete_nested => "block_bio_complete", bio_complete_nested_q, bio_complete_nested_q_raw, 1);
 programs!(on_bio_queue => "block_bio_queue", bio_queue, bio_queue_raw, 0);
 programs!(on_bio_queue => "block_bio_queue", bio_queue_q, bio_queue_q_raw, 1);

@@ -3,9 +3,11 @@
 //! request tracepoints of the `block_rq` class took the queue first,
 //! `(struct request_queue *q, struct request *rq)`, and the bio merge ones `(q, rq, bio)`; the
 //! `*_q` programs read that layout. The daemon picks, per tracepoint, the pair that matches the
-//! `btf_trace_<name>` prototype in kernel BTF (observer/src/kernel_layout.rs, `ArgLayout`).
+//! `btf_trace_<name>` prototype in kernel BTF (observer/src/bpf/btf.rs, `ArgLayout`).
 mod bio_merge;
 pub mod bio_queue;
+mod bio_remap;
+mod bio_split;
 mod io_start;
 pub(crate) mod rq_complete;
 mod rq_insert;

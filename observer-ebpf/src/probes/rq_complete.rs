@@ -14,18 +14,37 @@ use observer_ebpf::{
     arg,
     kernel::{bio_dev, bio_merges, in_flush_seq, is_flush, original_flags, rq_dev},
     layout, programs, read,
-    store::observe,
+    store::{observe, observe_n},
 };
 
 use crate::{
-    inflight::{enter, free, live, take_bio},
+    chain::{entered_at, saw_traced_end, unlink},
+    inflight::{enter, is_piece_of_discard, live, mark_free, piece_of, take_bio},
     maps::{count, emit, error_seen, owner_count, stats, SETTINGS},
+    nested::{self, Pair},
     stall,
 };
 
-/// Argument `i` is the request, then the error and the bytes completed.
+/// Argument `i` is the request, then the error and the bytes completed. The first program of a
+/// nested.rs pair.
 #[inline(always)]
 fn on_complete(c: &impl EbpfContext, i: usize) {
+    nested::ran(Pair::RqComplete, nested::rq_key(arg(c, i), &layout()));
+    complete_args(c, i);
+}
+
+/// `block_rq_complete` again, attached after [`on_complete`]'s program: a completion the kernel
+/// skipped that program for (it was running on this CPU: nested.rs) is handled here.
+#[inline(always)]
+fn on_complete_nested(c: &impl EbpfContext, i: usize) {
+    if nested::skipped(Pair::RqComplete, nested::rq_key(arg(c, i), &layout())) {
+        count(Counter::NestedEnds);
+        complete_args(c, i);
+    }
+}
+
+#[inline(always)]
+fn complete_args(c: &impl EbpfContext, i: usize) {
     complete(
         arg(c, i),
         arg(c, i + 1) as u32 as u64,
@@ -49,7 +68,7 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
     // final unless more bytes remain, or it is inside a flush sequence (its data part completes
     // once with RQF_FLUSH_SEQ set, then again with 0 bytes when the post-flush is done).
     let data_final = !in_flush_seq(rq, &l) && nr_bytes >= data_len as u64;
-    let Some(e) = tracked(rq, now, data_final, error, &l) else {
+    let Some(e) = entry_or_untracked(rq, now, data_final, error, &l) else {
         return;
     };
     e.bytes += nr_bytes;
@@ -57,7 +76,7 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
         return;
     }
     let copy = *e;
-    free(e);
+    mark_free(e);
     let e = copy;
     if error != 0 {
         error_seen(e.dev, e.class, error);
@@ -97,45 +116,78 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
     }
 }
 
-/// The end of a bio of a bio-based disk (dm, md; `block_bio_complete`): counted like a
-/// request's final completion, with its size at entry as its bytes, its `bi_status` as its
-/// error, and only the total stage (entry → completion, btt Q2C): nothing is dispatched there.
-/// Its disk's device-stall state counts the bio as at the device from its entry. A bio not
-/// seen entering (queued before the programs were attached; `block_bio_complete` fires only
-/// for bios that passed `block_bio_queue`) is counted as untracked, with its error if any.
+/// The end of a bio of a bio-based disk (dm, md, NVMe multipath heads; `block_bio_complete`).
+/// A bio not seen entering is either a piece split from a tracked bio below its
+/// `block_bio_queue` (its `bi_private` is the parent: drivers/md split at chunk or
+/// `max_sectors` boundaries and account each piece as an I/O of the upper disk, and so do
+/// block/blk-merge.c's splits), counted as an I/O of its own with the parent's entry time and
+/// class, or one queued before the programs were attached, counted as untracked, with its error
+/// if any. Its bytes are its `bi_size` now (a split parent has given its first part to the
+/// piece), or its size at entry if that is 0.
 #[inline(always)]
 pub fn bio_completed(bio: u64, l: &KernelLayout) {
-    let now = unsafe { bpf_ktime_get_ns() };
+    // Every read of the bio first, before its address is used as a map key (chain.rs, `link`).
     let status: u8 = read(bio, l.bio_status);
-    let Some(mut e) = take_bio(bio) else {
-        let dev = bio_dev(bio, l);
-        if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), l)) {
-            unsafe { (*s).untracked += 1 };
+    let now_size: u32 = read(bio, l.bio_size);
+    let e = match take_bio(bio) {
+        Some(e) => {
+            unlink(bio, Some(&e), l);
+            e
         }
-        if status != 0 {
-            error_seen(dev, 0, status as u64);
-        }
-        return;
+        // A piece: a chained bio whose end this kernel traces.
+        None => match piece_of(bio, None, l) {
+            Some(e) => {
+                saw_traced_end();
+                unlink(bio, None, l);
+                e
+            }
+            // A piece of a tracked discard: part of its parent's one I/O.
+            None if is_piece_of_discard(bio, l) => {
+                saw_traced_end();
+                return;
+            }
+            // A chained bio folded into the next one (chain.rs) whose end this kernel traces
+            // after all, too far up the chain to find the bio it is counted with: it stays
+            // counted there.
+            None if entered_at(bio, l).is_some() => {
+                saw_traced_end();
+                unlink(bio, None, l);
+                return;
+            }
+            None => {
+                let dev = bio_dev(bio, l);
+                if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), l)) {
+                    unsafe { (*s).untracked += 1 };
+                }
+                if status != 0 {
+                    error_seen(dev, 0, status as u64);
+                }
+                return;
+            }
+        },
     };
-    e.bytes = e.size as u64;
-    if status != 0 {
-        error_seen(e.dev, e.class, status as u64);
-    }
-    let Some(s) = stats(e.dev, e.class) else {
-        return;
+    // Pieces of it ended unseen (counted with it): all of its size at entry is done.
+    let bytes = if e.bios == 0 && now_size != 0 && now_size <= e.size {
+        now_size
+    } else {
+        e.size
     };
-    let s = unsafe { &mut *s };
-    s.requests += 1;
-    s.bytes += e.bytes;
-    owner_count(e.dev, e.class, e.owner_cgroup, e.bytes);
-    if now < e.enter_ns {
-        count(Counter::ClockAnomalies);
-        return;
-    }
-    s.last_complete_ns = now;
+    // With the bytes of the bios chained to it and folded in (`e.bytes`, chain.rs).
+    bio_ended(e, bytes as u64 + e.bytes, status as u64);
+}
+
+/// Counts the end of an I/O of a bio-based disk (taken out of `INFLIGHT`) like a request's
+/// final completion: `bytes` (B), `status` as its error, and only the total stage (entry →
+/// now, btt Q2C): nothing is dispatched on such a disk. Its disk's device-stall state counts
+/// it as at the device from its entry; a slow one is reported. Returns now (ns).
+#[inline(always)]
+pub fn bio_ended(mut e: Inflight, bytes: u64, status: u64) -> u64 {
+    let now = unsafe { bpf_ktime_get_ns() };
+    e.bytes = bytes;
+    let Some((s, total)) = bio_counted(&e, status, now) else {
+        return now;
+    };
     stall::completed(e.dev, e.slot, e.class, e.enter_ns, now);
-    let total = now - e.enter_ns;
-    observe(&mut s.stages[Stage::Total as usize], total);
     let lat = Latency {
         queue: 0,
         device: 0,
@@ -152,12 +204,37 @@ pub fn bio_completed(bio: u64, l: &KernelLayout) {
             status: status as u32,
         });
     }
+    now
+}
+
+/// The counting part of [`bio_ended`] (`e.bytes` set): requests, bytes, error, owner, the
+/// total stage. Its stats entry and total (ns), or `None` (stats map full, clock anomaly).
+#[inline(always)]
+pub fn bio_counted(e: &Inflight, status: u64, now: u64) -> Option<(&'static mut ClassStats, u64)> {
+    if status != 0 {
+        error_seen(e.dev, e.class, status);
+    }
+    // With the pieces split off it whose own end was not seen (`bios`, bio_split.rs): they
+    // ended before it, and count as I/Os of their own with its latency.
+    let n = 1 + e.bios as u64;
+    let s = unsafe { &mut *stats(e.dev, e.class)? };
+    s.requests += n;
+    s.bytes += e.bytes;
+    owner_count(e.dev, e.class, e.owner_cgroup, e.bytes);
+    if now < e.enter_ns {
+        count(Counter::ClockAnomalies);
+        return None;
+    }
+    s.last_complete_ns = now;
+    let total = now - e.enter_ns;
+    observe_n(&mut s.stages[Stage::Total as usize], total, n);
+    Some((s, total))
 }
 
 /// The live entry of a completing request. Without one, a final completion (or the flush
 /// request's) is counted as untracked, with its error if any.
 #[inline(always)]
-fn tracked(
+fn entry_or_untracked(
     rq: u64,
     now: u64,
     data_final: bool,
@@ -206,7 +283,7 @@ fn never_dispatched(
     if start == 0 || start < l.loaded_ns || is_flush(rq, l) {
         return None;
     }
-    enter(rq, now, 0, true, l);
+    enter(rq, now, 0, true, false, l);
     live(rq)
 }
 
@@ -271,3 +348,5 @@ fn slow(class: u16, lat: &Latency) -> bool {
 
 programs!(on_complete => "block_rq_complete", rq_complete, rq_complete_raw, 0);
 programs!(on_complete => "block_rq_complete", rq_complete_q, rq_complete_q_raw, 1);
+programs!(on_complete_nested => "block_rq_complete", rq_complete_nested, rq_complete_nested_raw, 0);
+programs!(on_complete_nested => "block_rq_complete", rq_complete_nested_q, rq_complete_nested_q_raw, 1);

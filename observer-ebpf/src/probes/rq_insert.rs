@@ -10,7 +10,7 @@ fn on_insert(c: &impl EbpfContext, i: usize) {
     let rq = arg(c, i);
     let l = layout();
     if l.enter_fallback != 0 {
-        enter(rq, unsafe { bpf_ktime_get_ns() }, 0, false, &l);
+        enter(rq, unsafe { bpf_ktime_get_ns() }, 0, false, true, &l);
     }
 }
 

@@ -15,7 +15,7 @@ use observer_ebpf::{
 };
 
 use crate::{
-    inflight::{enter, free, live, lost, slot},
+    inflight::{count_lost, enter, live, mark_free, slot},
     maps::{count, dev_slot},
     stall::dispatched,
 };
@@ -40,7 +40,7 @@ fn on_issue(c: &impl EbpfContext, i: usize) {
         dispatched(dev, slot, Op::Flush as u16, 0, now, 0, 0);
     } else if l.enter_fallback != 0 {
         // Directly issued without insert on a kernel without block_io_start: queue time is 0.
-        enter(rq, now, now, false, &l);
+        enter(rq, now, now, false, true, &l);
         if let Some(e) = live(rq) {
             first_dispatch(e, rq, &l, now);
         }
@@ -78,8 +78,8 @@ fn redispatch(e: &mut Inflight, rq: u64, l: &KernelLayout, now: u64) -> bool {
     // completion we missed (typically the shared flush request). Count that request as
     // completed with its latency lost; never let the stale timestamps produce a latency.
     count(Counter::StaleEntries);
-    lost(e);
-    free(e);
+    count_lost(e);
+    mark_free(e);
     false
 }
 

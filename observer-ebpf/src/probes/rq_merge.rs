@@ -5,7 +5,7 @@ use observer_common::class::classify;
 use observer_ebpf::{arg, kernel::rq_dev, layout, programs, read};
 
 use crate::{
-    inflight::{free, live},
+    inflight::{live, mark_free},
     maps::stats,
 };
 
@@ -15,7 +15,7 @@ fn on_rq_merge(c: &impl EbpfContext, i: usize) {
     let (dev, class) = match live(rq) {
         Some(e) => {
             let dc = (e.dev, e.class);
-            free(e);
+            mark_free(e);
             dc
         }
         None => {

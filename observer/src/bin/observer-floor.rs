@@ -115,6 +115,8 @@ fn main() -> Result<()> {
 fn wait_for_signal() {
     use std::io::Write;
     std::io::stdout().flush().ok();
+    // SAFETY: a zeroed sigset_t is a valid argument to sigemptyset, which initialises it;
+    // the calls only read and write `set` and this thread's signal mask.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);

@@ -430,6 +430,7 @@ where
                 if std::mem::align_of::<V>() <= 8 {
                     add(&mut a, unsafe { &*p });
                 } else {
+                    // SAFETY: as above; read_unaligned copies a value that may be misaligned.
                     add(&mut a, &unsafe { std::ptr::read_unaligned(p) });
                 }
             }

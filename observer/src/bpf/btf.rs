@@ -277,6 +277,16 @@ impl KernelBtf {
             Ok(off) => (off, 0),
             Err(_) => (0, self.member_offset("request_queue", "disk")?),
         };
+        // Before 5.11 `gendisk::part0` was an embedded `struct hd_struct` (since, a
+        // `struct block_device *`): its device's devt is the disk's number as diskstats shows it.
+        let disk_devt = match (
+            self.member_offset("gendisk", "part0"),
+            self.member_offset("hd_struct", "__dev"),
+            self.member_offset("device", "devt"),
+        ) {
+            (Ok(p0), Ok(dev), Ok(devt)) => p0 + dev + devt,
+            _ => 0,
+        };
         let (bio_disk, bio_bdev, bdev_disk) = match self.member_offset("bio", "bi_disk") {
             Ok(off) => (off, 0, 0),
             Err(_) => (
@@ -324,7 +334,9 @@ impl KernelBtf {
             flag_rahead: 1 << val(5)?,
             enter_fallback: u32::from(self.tracepoint_args("block_io_start").is_none()),
             bio_status: self.member_offset("bio", "bi_status")?,
-            _pad0: 0,
+            bio_private: self.member_offset("bio", "bi_private")?,
+            disk_name: self.member_offset("gendisk", "disk_name")?,
+            disk_devt,
             direct_loads: 0,
             loaded_ns: 0,
         })
@@ -553,6 +565,7 @@ mod tests {
         assert_eq!(l.q_disk, offset("request_queue", "disk"));
         assert_eq!(l.disk_major, offset("gendisk", "major"));
         assert_eq!(l.disk_first_minor, offset("gendisk", "first_minor"));
+        assert_eq!(l.disk_name, offset("gendisk", "disk_name"));
         assert_eq!(l.bio_opf, offset("bio", "bi_opf"));
         assert_eq!(
             l.bio_sector,
@@ -572,6 +585,7 @@ mod tests {
         assert_eq!(l.rq_start_time_ns, offset("request", "start_time_ns"));
         assert_eq!(l.rq_state, offset("request", "state"));
         assert_eq!(l.bio_status, offset("bio", "bi_status"));
+        assert_eq!(l.bio_private, offset("bio", "bi_private"));
         // The owner chain (this kernel has CONFIG_BLK_CGROUP).
         let l = btf.owner_layout();
         assert_eq!(l.blk_cgroup, 1);

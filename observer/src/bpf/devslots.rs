@@ -23,20 +23,18 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
-    path::{Path, PathBuf},
     time::Duration,
 };
 
 use aya::maps::{Array, HashMap, MapData};
-use observer_common::maps::{dev_major, dev_minor, mkdev, DevState, LogRanges, DEV_SLOT_LIMIT};
+use observer_common::maps::{dev_major, dev_minor, DevState, LogRanges, DEV_SLOT_LIMIT};
 use serde::Serialize;
 use tracing::{info, warn};
 
+use crate::disks::Inventory;
+
 /// How often the daemon rescans `/sys/block` for disks that appeared or went away.
 pub const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Where the kernel lists its disks.
-pub const SYS_BLOCK: &str = "/sys/block";
 
 /// Whether a disk's requests are classified and stall-tracked (`GET /devices`, `tracking`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -158,29 +156,6 @@ impl SlotTable {
     }
 }
 
-/// The disks in `sys_block` (normally `/sys/block`) with media (`size` > 0), as `mkdev`.
-pub fn scan_disks(sys_block: &Path) -> BTreeSet<u32> {
-    let mut disks = BTreeSet::new();
-    for e in std::fs::read_dir(sys_block).into_iter().flatten().flatten() {
-        let dir = e.path();
-        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
-        let size: u64 = read("size").trim().parse().unwrap_or(0);
-        if size == 0 {
-            continue;
-        }
-        if let Some(dev) = parse_dev(&read("dev")) {
-            disks.insert(dev);
-        }
-    }
-    disks
-}
-
-/// `"M:m"` (sysfs `dev`) as `mkdev`.
-pub fn parse_dev(s: &str) -> Option<u32> {
-    let (maj, min) = s.trim().split_once(':')?;
-    Some(mkdev(maj.parse().ok()?, min.parse().ok()?))
-}
-
 fn name(dev: u32) -> String {
     format!("{}:{}", dev_major(dev), dev_minor(dev))
 }
@@ -194,12 +169,13 @@ pub struct DevSlots {
     log_ranges: Array<MapData, LogRanges>,
     /// The last wanted log ranges per disk (from filesystem log discovery).
     want: BTreeMap<u32, LogRanges>,
-    sys_block: PathBuf,
+    /// The disks with media at the last [`DevSlots::rescan`].
+    present: BTreeSet<u32>,
 }
 
 impl DevSlots {
-    /// Takes the three maps (all entries zero, as loaded) and [`DEV_SLOT_LIMIT`] slots; disks
-    /// are listed from [`SYS_BLOCK`].
+    /// Takes the three maps (all entries zero, as loaded) and [`DEV_SLOT_LIMIT`] slots; no disk
+    /// has a slot until [`DevSlots::rescan`].
     pub fn new(
         index: HashMap<MapData, u32, u32>,
         devstate: Array<MapData, DevState>,
@@ -211,15 +187,25 @@ impl DevSlots {
             devstate,
             log_ranges,
             want: BTreeMap::new(),
-            sys_block: SYS_BLOCK.into(),
+            present: BTreeSet::new(),
         }
     }
 
-    /// Scans the disks (see the module docs) and publishes the changes: a freed slot is removed
-    /// from `DEV_INDEX` first, then its entries zeroed; a given slot gets its `DEVSTATE` owner
-    /// and `LOG_RANGES` first, then goes into `DEV_INDEX`.
-    pub fn rescan(&mut self) {
-        let mut present = scan_disks(&self.sys_block);
+    /// Takes the disks of this tick's scan (`inv`: those with media, hidden ones included,
+    /// whose names are remembered for their series: [`crate::labels::remember_device_name`],
+    /// they have no `/sys/dev/block` entry to resolve) and publishes the changes: a freed slot
+    /// is removed from `DEV_INDEX` first, then its entries zeroed; a given slot gets its
+    /// `DEVSTATE` owner and `LOG_RANGES` first, then goes into `DEV_INDEX`.
+    pub fn rescan(&mut self, inv: &Inventory) {
+        for (dev, name) in inv.hidden() {
+            crate::labels::remember_device_name(dev, name);
+        }
+        self.present = inv.present();
+        self.publish();
+    }
+
+    fn publish(&mut self) {
+        let mut present = self.present.clone();
         present.extend(self.want.keys().copied());
         let was_degraded = self.table.degraded().clone();
         let changes = self.table.update(&present);
@@ -269,7 +255,9 @@ impl DevSlots {
     /// if any is free. Slots of disks without a log are emptied.
     pub fn set_log_ranges(&mut self, want: &BTreeMap<u32, LogRanges>) {
         self.want = want.clone();
-        self.rescan();
+        // A mount changed the ranges: a disk made for it (a loop device over a file on the new
+        // mount) gets its slot now, not at the next tick.
+        self.rescan(&Inventory::scan());
         for (&dev, &slot) in self.table.assigned() {
             let v = self.ranges_of(dev);
             if self.log_ranges.get(&slot, 0).ok() != Some(v) {
@@ -305,6 +293,8 @@ impl DevSlots {
 
 #[cfg(test)]
 mod tests {
+    use observer_common::maps::{mkdev, nameless_dev_of};
+
     use super::*;
 
     /// The hash that gave disks a slot before the index: `(dev * 2654435761 >> 22) & 1023`.
@@ -391,6 +381,7 @@ mod tests {
 
     #[test]
     fn scan_lists_disks_with_media() {
+        use crate::disks::{parse_dev, Inventory};
         let dir = std::env::temp_dir().join(format!("blkobs-devslots-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         for (n, dev, size) in [
@@ -402,7 +393,35 @@ mod tests {
             std::fs::write(dir.join(n).join("dev"), format!("{dev}\n")).unwrap();
             std::fs::write(dir.join(n).join("size"), format!("{size}\n")).unwrap();
         }
-        assert_eq!(scan_disks(&dir), set(&[mkdev(7, 4), mkdev(254, 0)]));
+        let stats = dir.join("diskstats");
+        assert_eq!(
+            Inventory::scan_in(&dir, &stats).present(),
+            set(&[mkdev(7, 4), mkdev(254, 0)])
+        );
+        // Hidden NVMe path disks: no `dev`, numbered by /proc/diskstats (6.x), or by their
+        // name's hash where diskstats says 0:0 (5.10); one only in sysfs is not a disk here.
+        for n in ["nvme1c1n1", "nvme1c2n1", "nvme9c9n9"] {
+            std::fs::create_dir_all(dir.join(n)).unwrap();
+            std::fs::write(dir.join(n).join("size"), "8\n").unwrap();
+        }
+        std::fs::write(
+            &stats,
+            " 259       3 nvme1c1n1 1 0 8 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n    0       0 nvme1c2n1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+        )
+        .unwrap();
+        let hashed = nameless_dev_of(b"nvme1c2n1");
+        assert_eq!(dev_major(hashed), 0);
+        assert_ne!(dev_minor(hashed), 0);
+        let inv = Inventory::scan_in(&dir, &stats);
+        assert_eq!(
+            inv.present(),
+            set(&[mkdev(7, 4), mkdev(254, 0), mkdev(259, 3), hashed])
+        );
+        for (dev, name) in inv.hidden() {
+            crate::labels::remember_device_name(dev, name);
+        }
+        assert_eq!(crate::labels::device_name(mkdev(259, 3)), "nvme1c1n1");
+        assert_eq!(crate::labels::device_name(hashed), "nvme1c2n1");
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(parse_dev("259:65536\n"), Some(mkdev(259, 65536)));
         assert_eq!(parse_dev("x"), None);

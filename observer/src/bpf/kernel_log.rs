@@ -86,11 +86,11 @@ mod tests {
     #[test]
     fn counter_index_is_named() {
         assert_eq!(
-            named("counter 7: 4 on CPU 1".into()),
+            named("counter 6: 4 on CPU 1".into()),
             "unindexed_requests: 4 on CPU 1"
         );
         assert_eq!(
-            named("counter 6: 1 on CPU 0".into()),
+            named("counter 5: 1 on CPU 0".into()),
             "bio_queue_map_full: 1 on CPU 0"
         );
         assert_eq!(

@@ -2,7 +2,6 @@
 
 use std::sync::Mutex;
 
-use crate::collect::gone::GoneDevices;
 use aya::{
     maps::{
         Array, HashMap, IterableMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf,
@@ -11,7 +10,7 @@ use aya::{
 };
 use observer_common::maps::{
     self as m, BioQueued, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges,
-    MissedMerge, OwnerKey, OwnerStats, Settings, Slot,
+    MissedMerge, OwnerKey, OwnerStats, Settings, Slot, Upper,
 };
 
 use super::{
@@ -45,9 +44,11 @@ pub struct KernelMaps {
     pub bio_queued: HashMap<MapData, u64, BioQueued>,
     /// `BIO_SLOTS`: bio address → the same, direct-mapped, leased (read only, mapped).
     pub bio_slots: SlotView<BioQueued>,
-    /// Second handles on `CLASS_STATS` and `ERRORS` that delete the entries of disks gone
-    /// for `[devices] forget_after`.
-    pub gone: Mutex<GoneDevices>,
+    /// `UPPER`: an entry's `INFLIGHT` key → the upper disk's I/O it serves (read only).
+    pub upper: HashMap<MapData, u64, Upper>,
+    /// Second handles on `CLASS_STATS`, `ERRORS` and `OWNER_STATS` that delete a disk's
+    /// entries (collect/gone.rs: disks gone for `[devices] forget_after`).
+    pub stats_rw: Mutex<StatsWriter>,
     /// `MERGE_PAIRS`: each CPU's ring of its latest missed adjacent merges (read only).
     pub merge_pairs: PerCpuArray<MapData, MissedMerge>,
     /// `MERGE_CURSOR`: pairs each CPU has written to its ring, ever (read only).
@@ -55,12 +56,62 @@ pub struct KernelMaps {
     /// `OWNER_STATS`: (dev, class, owner cgroup id) → per-CPU requests and bytes (read only;
     /// written by the programs while `[cgroups] label` is on).
     pub owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats>,
-    /// Owner cgroup id → `cgroup` label value, kept across scrapes.
-    pub owner_names: Mutex<crate::stalls::LabelNames>,
     /// Capacity of `INFLIGHT` (entries).
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
     pub class_stats_capacity: u32,
+}
+
+/// Writable second handles (dup'ed fds) on the per-device stats maps: `CLASS_STATS`, `ERRORS`
+/// and `OWNER_STATS`, all keyed by device number (`MKDEV`) first.
+pub struct StatsWriter {
+    class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats>,
+    errors: PerCpuHashMap<MapData, ErrorKey, u64>,
+    owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats>,
+}
+
+impl StatsWriter {
+    /// The device numbers with entries in `CLASS_STATS` or `ERRORS`, sorted, each once.
+    pub fn devices(&self) -> Vec<u32> {
+        let mut devs: Vec<u32> = self.class_stats.keys().flatten().map(|k| k.dev).collect();
+        devs.extend(self.errors.keys().flatten().map(|k| k.dev));
+        devs.sort_unstable();
+        devs.dedup();
+        devs
+    }
+
+    /// Deletes every entry of disk `dev` from the three maps; returns how many (dev, class)
+    /// entries `CLASS_STATS` had. An entry the programs recreate meanwhile stays.
+    pub fn forget(&mut self, dev: u32) -> usize {
+        let stats: Vec<ClassKey> = self
+            .class_stats
+            .keys()
+            .flatten()
+            .filter(|k| k.dev == dev)
+            .collect();
+        for k in &stats {
+            let _ = self.class_stats.remove(k);
+        }
+        let errors: Vec<ErrorKey> = self
+            .errors
+            .keys()
+            .flatten()
+            .filter(|k| k.dev == dev)
+            .collect();
+        for k in &errors {
+            let _ = self.errors.remove(k);
+        }
+        let owners: Vec<OwnerKey> = self
+            .owner_stats
+            .keys()
+            .flatten()
+            .filter(|k| k.dev == dev)
+            .collect();
+        for k in &owners {
+            let _ = self.owner_stats.remove(k);
+        }
+        stats.len()
+    }
 }
 
 impl KernelMaps {
@@ -108,23 +159,23 @@ impl KernelMaps {
             PerCpuHashMap::try_from(take(m::ERRORS)?).map_err(conv(m::ERRORS))?;
         let owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats> =
             PerCpuHashMap::try_from(take(m::OWNER_STATS)?).map_err(conv(m::OWNER_STATS))?;
-        let gone = GoneDevices::new(
-            PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
+        let stats_rw = StatsWriter {
+            class_stats: PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
                 IterableMap::map(&class_stats),
                 m::CLASS_STATS,
             )?))
             .map_err(conv(m::CLASS_STATS))?,
-            PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
+            errors: PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
                 IterableMap::map(&errors),
                 m::ERRORS,
             )?))
             .map_err(conv(m::ERRORS))?,
-            PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
+            owner_stats: PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
                 IterableMap::map(&owner_stats),
                 m::OWNER_STATS,
             )?))
             .map_err(conv(m::OWNER_STATS))?,
-        );
+        };
         Ok(KernelMaps {
             inflight: InflightMaps {
                 hash: inflight,
@@ -139,7 +190,7 @@ impl KernelMaps {
             }),
             class_stats,
             errors,
-            gone: Mutex::new(gone),
+            stats_rw: Mutex::new(stats_rw),
             counters: PerCpuArray::try_from(take(m::COUNTERS)?).map_err(conv(m::COUNTERS))?,
             settings: Mutex::new(Array::try_from(take(m::SETTINGS)?).map_err(conv(m::SETTINGS))?),
             dev_slots: Mutex::new(DevSlots::new(
@@ -154,12 +205,12 @@ impl KernelMaps {
             )),
             bio_queued: HashMap::try_from(take(m::BIO_QUEUED)?).map_err(conv(m::BIO_QUEUED))?,
             bio_slots: bio_view,
+            upper: HashMap::try_from(take(m::UPPER)?).map_err(conv(m::UPPER))?,
             merge_pairs: PerCpuArray::try_from(take(m::MERGE_PAIRS)?)
                 .map_err(conv(m::MERGE_PAIRS))?,
             merge_cursor: PerCpuArray::try_from(take(m::MERGE_CURSOR)?)
                 .map_err(conv(m::MERGE_CURSOR))?,
             owner_stats,
-            owner_names: Mutex::default(),
             inflight_capacity,
             class_stats_capacity,
         })

@@ -26,14 +26,30 @@ const fn tp(name: &'static str, program: &'static str, floor_program: &'static s
 /// start, so every request that gets an entry is sure to be seen at dispatch and completion.
 /// The entry point ([`ENTER`] or [`ENTER_FALLBACK`]) is attached last, right after
 /// `block_bio_queue` (a bio's entry, btt Q: where the queue stage starts).
-pub const LIFECYCLE: [Tracepoint; 8] = [
+pub const LIFECYCLE: [Tracepoint; 13] = [
     tp("block_bio_complete", "bio_complete", "f_bio_complete"),
+    // Each completion tracepoint again, right after its program: the ends the kernel skipped
+    // that program for, as it was running on that CPU (observer-ebpf nested.rs).
+    tp(
+        "block_bio_complete",
+        "bio_complete_nested",
+        "f_bio_compl_nst",
+    ),
     tp("block_rq_complete", "rq_complete", "f_rq_complete"),
+    tp("block_rq_complete", "rq_complete_nested", "f_rq_compl_nst"),
+    // The same tracepoint again: ends remapped bios of bio-based disks (probes/bio_remap.rs).
+    tp(
+        "block_rq_complete",
+        "rq_complete_remapped",
+        "f_rq_compl_rmp",
+    ),
     tp("block_rq_requeue", "rq_requeue", "f_rq_requeue"),
     tp("block_rq_merge", "rq_merge", "f_rq_merge"),
     tp("block_bio_backmerge", "bio_backmerge", "f_bio_back"),
     tp("block_bio_frontmerge", "bio_frontmerge", "f_bio_front"),
     tp("block_rq_issue", "rq_issue", "f_rq_issue"),
+    tp("block_bio_remap", "bio_remap", "f_bio_remap"),
+    tp("block_split", "bio_split", "f_bio_split"),
     tp("block_bio_queue", "bio_queue", "f_bio_queue"),
 ];
 

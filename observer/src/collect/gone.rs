@@ -4,54 +4,37 @@
 //! keyed by device number (`MKDEV(major, minor)`), which the kernel reuses: a disk that comes
 //! back with the same number before the grace period ends keeps counting where it was.
 
-use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
-use aya::maps::{MapData, PerCpuHashMap};
-use observer_common::maps::{
-    dev_major, dev_minor, ClassKey, ClassStats, ErrorKey, OwnerKey, OwnerStats,
-};
+use observer_common::maps::{dev_major, dev_minor};
 use tracing::info;
 
 use super::reaper::Reaped;
-use crate::bpf::devslots::scan_disks;
+use crate::{bpf::maps::StatsWriter, disks::Inventory};
 
-/// Writable handles on the per-device maps and when each missing disk was first seen missing.
+/// When each missing disk was first seen missing.
+#[derive(Default)]
 pub struct GoneDevices {
-    class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats>,
-    errors: PerCpuHashMap<MapData, ErrorKey, u64>,
-    owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats>,
     /// Device number → monotonic ns when it was first found missing.
     missing_since: BTreeMap<u32, u64>,
-    /// `/sys/block` (a test may point elsewhere).
-    sys_block: PathBuf,
 }
 
 impl GoneDevices {
-    /// Over second handles (dup'ed fds) on `CLASS_STATS`, `ERRORS` and `OWNER_STATS`.
-    pub fn new(
-        class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats>,
-        errors: PerCpuHashMap<MapData, ErrorKey, u64>,
-        owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats>,
-    ) -> GoneDevices {
-        GoneDevices {
-            class_stats,
-            errors,
-            owner_stats,
-            missing_since: BTreeMap::new(),
-            sys_block: PathBuf::from("/sys/block"),
-        }
-    }
-
-    /// One pass at monotonic time `now` (ns): notes disks newly missing, forgets those missing
-    /// for `forget_after` or longer. Returns the device numbers forgotten.
-    pub fn sweep(&mut self, now: u64, forget_after: Duration, reaped: &Reaped) -> Vec<u32> {
-        let mut devs: Vec<u32> = self.class_stats.keys().flatten().map(|k| k.dev).collect();
-        devs.extend(self.errors.keys().flatten().map(|k| k.dev));
-        devs.sort_unstable();
-        devs.dedup();
+    /// One pass at monotonic time `now` (ns) over the disks with entries in `maps`, against
+    /// this tick's disks `inv`: notes disks newly missing (or without media), forgets those
+    /// missing for `forget_after` or longer. Returns the device numbers forgotten.
+    pub fn sweep(
+        &mut self,
+        inv: &Inventory,
+        maps: &mut StatsWriter,
+        now: u64,
+        forget_after: Duration,
+        reaped: &Reaped,
+    ) -> Vec<u32> {
+        let devs = maps.devices();
         self.missing_since
             .retain(|d, _| devs.binary_search(d).is_ok());
-        let present = scan_disks(&self.sys_block);
+        let present = inv.present();
         let mut forget = Vec::new();
         for dev in devs {
             if present.contains(&dev) {
@@ -64,33 +47,7 @@ impl GoneDevices {
             }
         }
         for &dev in &forget {
-            let stats: Vec<ClassKey> = self
-                .class_stats
-                .keys()
-                .flatten()
-                .filter(|k| k.dev == dev)
-                .collect();
-            for k in &stats {
-                let _ = self.class_stats.remove(k);
-            }
-            let errors: Vec<ErrorKey> = self
-                .errors
-                .keys()
-                .flatten()
-                .filter(|k| k.dev == dev)
-                .collect();
-            for k in &errors {
-                let _ = self.errors.remove(k);
-            }
-            let owners: Vec<OwnerKey> = self
-                .owner_stats
-                .keys()
-                .flatten()
-                .filter(|k| k.dev == dev)
-                .collect();
-            for k in &owners {
-                let _ = self.owner_stats.remove(k);
-            }
+            let classes = maps.forget(dev);
             reaped
                 .0
                 .lock()
@@ -103,7 +60,7 @@ impl GoneDevices {
                 device = %name,
                 number = %format!("{}:{}", dev_major(dev), dev_minor(dev)),
                 after = %humantime::format_duration(forget_after),
-                classes = stats.len(),
+                classes,
                 "disk gone: its series are removed from /metrics"
             );
         }

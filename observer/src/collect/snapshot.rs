@@ -157,6 +157,8 @@ pub struct SelfCounters {
     pub unindexed: u64,
     /// [`Counter::OwnerStatsFull`].
     pub owner_stats_full: u64,
+    /// [`Counter::NestedEnds`].
+    pub nested_ends: u64,
 }
 
 /// The per-device slots (see [`crate::bpf::devslots`]).
@@ -248,7 +250,7 @@ impl Snapshot {
                 a.1 += v.bytes;
             },
         );
-        let mut labels = maps.owner_names.lock().expect("owner names lock");
+        let mut labels = crate::labels::owner_labels();
         let mut out = OwnerTotals::new();
         for (key, (requests, bytes)) in read {
             let Some(dev) = names.get(key.dev) else {
@@ -372,6 +374,7 @@ impl SelfCounters {
             bio_queued_full: counter(Counter::BioQueuedFull),
             unindexed: counter(Counter::Unindexed),
             owner_stats_full: counter(Counter::OwnerStatsFull),
+            nested_ends: counter(Counter::NestedEnds),
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::{
         windows::{self, HistogramWindows},
     },
     config::{web, Config, ConfigError, DeviceFilter, LiveWebConfig, WebConfig},
-    disks::KnownDisks,
+    disks::{Inventory, KnownDisks},
     exposition::{BucketMap, ProcessMetrics},
     fslog, http,
     state::{AppState, ReloadableSettings},
@@ -56,7 +56,7 @@ pub async fn run<L>(cfg: Config, web: Option<WebConfig>, reload: L) -> anyhow::R
 where
     L: Fn() -> Result<Config, ConfigError> + Send + Sync + 'static,
 {
-    crate::stalls::set_cgroup_root(cfg.host_root.as_deref());
+    crate::labels::set_cgroup_root(cfg.host_root.as_deref());
     if let Some(r) = &cfg.host_root {
         info!(host_root = %r.display(), "host view: mount table, device nodes and cgroups read under this directory");
     }
@@ -67,7 +67,10 @@ where
     )?;
     // Give every disk its slot before anything else: requests entering a disk without one
     // lack log classification and stall detection (bpf/devslots.rs).
-    maps.dev_slots.lock().expect("dev slots lock").rescan();
+    maps.dev_slots
+        .lock()
+        .expect("dev slots lock")
+        .rescan(&Inventory::scan());
     let request_probe = probes.request_probe.take().map(Arc::new);
     if let Some(log) = probes.kernel_log.take() {
         kernel_log::spawn_reader(log).context("polling the AYA_LOGS ring buffer")?;
@@ -83,6 +86,7 @@ where
         info: probes.info.clone(),
         reaped: Reaped::default(),
         reaper: Mutex::new(Reaper::new(request_probe.clone())),
+        gone: Mutex::default(),
         request_probe,
         history: Mutex::new(History::new(
             cfg.stalls.history_requests,
@@ -97,7 +101,7 @@ where
         // Last: the fields above read from `probes` first.
         programs: Mutex::new(Some(probes)),
     });
-    state.disks.rescan();
+    state.disks.record(&Inventory::scan());
     spawn_reaper_and_windows(state.clone());
     spawn_event_reader(state.clone())?;
     let fslog_state = state.clone();
@@ -166,8 +170,14 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
             tick.tick().await;
             let st = st.clone();
             let _ = tokio::task::spawn_blocking(move || {
-                st.maps.dev_slots.lock().expect("dev slots lock").rescan();
-                st.disks.rescan();
+                // One scan of the disks for everything this tick does.
+                let inv = Inventory::scan();
+                st.maps
+                    .dev_slots
+                    .lock()
+                    .expect("dev slots lock")
+                    .rescan(&inv);
+                st.disks.record(&inv);
                 {
                     let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
                     st.reaper.lock().expect("reaper lock").reap(
@@ -181,7 +191,9 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
                     (rt.filter.clone(), rt.forget_after)
                 };
                 let now = monotonic_ns();
-                st.maps.gone.lock().expect("gone devices lock").sweep(
+                st.gone.lock().expect("gone devices lock").sweep(
+                    &inv,
+                    &mut st.maps.stats_rw.lock().expect("stats maps lock"),
                     now,
                     forget_after,
                     &st.reaped,

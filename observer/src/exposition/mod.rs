@@ -23,12 +23,13 @@
 //! | `blkobs_request_errors_total` | counter | device, op, status |
 //! | `blkobs_inflight_requests` | gauge | device, stage (queue, device; total on bio-based disks) |
 //! | `blkobs_device_mapper_info` | gauge (`inflight.rs`), 1 per dm disk | device, name, uuid |
-//! | `blkobs_fs_log_sectors` | gauge (`fslog/metrics.rs`) | device, fs_device, fstype, mountpoint, kind, start |
-//! | `blkobs_fs_log_status` | gauge (`fslog/metrics.rs`), 1 per filesystem | device, fs_device, fstype, mountpoint, status (found, no_journal, unreadable, no_device_node, invalid, external_log_missing, io_error) |
-//! | `blkobs_fs_log_warnings` | gauge (`fslog/metrics.rs`) | |
+//! | `blkobs_fs_log_sectors` | gauge (`fslog.rs`) | device, fs_device, fstype, mountpoint, kind, start |
+//! | `blkobs_fs_log_status` | gauge (`fslog.rs`), 1 per filesystem | device, fs_device, fstype, mountpoint, status (found, no_journal, unreadable, no_device_node, invalid, external_log_missing, io_error) |
+//! | `blkobs_fs_log_warnings` | gauge (`fslog.rs`) | |
 //! | `blkobs_bpf_program_runs_total`, `blkobs_bpf_program_run_seconds_total` | counter (`bpfcost.rs`), only while `kernel.bpf_stats_enabled=1` | program |
+//! | `blkobs_bpf_program_recursion_misses_total` | counter (`bpfcost.rs`), always | program |
 //! | `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_virtual_memory_bytes`, `process_resident_memory_bytes`, `process_start_time_seconds`, `process_threads` | the standard process metrics (`process.rs`, the prometheus crate's `ProcessCollector`) | |
-//! | `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info`, `blkobs_http_rejected_total{reason}` | self-monitoring | |
+//! | `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_unindexed_requests_total`, `blkobs_nested_completions_total`, `blkobs_devices_degraded`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info`, `blkobs_http_rejected_total{reason}` | self-monitoring | |
 //!
 //! Label `log` is `true` for requests that start inside a filesystem log (journal) range
 //! (`observer_common::class::LOG`, see `crate::fslog`): `{op="write",log="true"}` selects log writes.
@@ -37,6 +38,7 @@
 pub mod bpfcost;
 mod buckets;
 mod desc;
+pub mod fslog;
 mod inflight;
 pub mod merges;
 mod process;

@@ -4,12 +4,47 @@
 //! `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries`,
 //! `blkobs_map_capacity`, `blkobs_build_info` and `blkobs_http_rejected_total`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use prometheus::proto::MetricType;
 
 use observer_common::maps::Counter;
 
 use super::{MetricDesc, TextWriter};
-use crate::{bpf::loader::AttachInfo, collect::snapshot::Snapshot, state::HttpRejections};
+use crate::{bpf::loader::AttachInfo, collect::snapshot::Snapshot};
+
+/// HTTP requests and connections refused by the `[http]` limits or the web configuration, by
+/// reason (for `blkobs_http_rejected_total`).
+#[derive(Debug, Default)]
+pub struct HttpRejections {
+    /// Connections closed at once because `max_connections` were open.
+    pub max_connections: AtomicU64,
+    /// Requests answered 503 because `max_requests` were being served.
+    pub max_requests: AtomicU64,
+    /// Requests answered 414: request target longer than `max_uri_bytes`.
+    pub uri_too_long: AtomicU64,
+    /// Connections closed because their TLS handshake failed or timed out (plain HTTP to the
+    /// TLS port, no or a wrong client certificate, an untrusted server certificate).
+    pub tls_handshake: AtomicU64,
+    /// Requests answered 401: no or wrong basic auth credentials.
+    pub unauthorized: AtomicU64,
+}
+
+impl HttpRejections {
+    /// (reason label, count) for each reason.
+    pub fn counts(&self) -> [(&'static str, u64); 5] {
+        [
+            (
+                "max_connections",
+                self.max_connections.load(Ordering::Relaxed),
+            ),
+            ("max_requests", self.max_requests.load(Ordering::Relaxed)),
+            ("uri_too_long", self.uri_too_long.load(Ordering::Relaxed)),
+            ("tls_handshake", self.tls_handshake.load(Ordering::Relaxed)),
+            ("unauthorized", self.unauthorized.load(Ordering::Relaxed)),
+        ]
+    }
+}
 
 /// Requests or completions lost to a full map, by map.
 pub const DROPPED_REQUESTS: MetricDesc = MetricDesc {
@@ -31,6 +66,14 @@ pub const STALE_REQUESTS: MetricDesc = MetricDesc {
 pub const CLOCK_ANOMALIES: MetricDesc = MetricDesc {
     name: "blkobs_clock_anomalies_total",
     help: "Completions whose timestamps went backwards; their latency was not recorded.",
+    kind: MetricType::COUNTER,
+    labels: &[],
+};
+
+/// Completions taken by a `_nested` program.
+pub const NESTED_COMPLETIONS: MetricDesc = MetricDesc {
+    name: "blkobs_nested_completions_total",
+    help: "Completions (block_rq_complete, block_bio_complete) the kernel skipped the observer's completion program for, because it was already running on that CPU (an interrupt inside it), and that its second, _nested program recorded instead: counted exactly, nothing lost.",
     kind: MetricType::COUNTER,
     labels: &[],
 };
@@ -105,6 +148,8 @@ pub fn families(w: &mut TextWriter, s: &Snapshot, info: &AttachInfo) {
         .counter(&[], c.clock_anomalies as f64);
     w.family(&UNINDEXED_REQUESTS)
         .counter(&[], c.unindexed as f64);
+    w.family(&NESTED_COMPLETIONS)
+        .counter(&[], c.nested_ends as f64);
     w.family(&DEVICES_DEGRADED)
         .gauge(&[], s.slots.degraded as f64);
     let mut f = w.family(&MAP_ENTRIES);

@@ -23,7 +23,7 @@ use axum::{
 use base64::Engine;
 use tokio::sync::Semaphore;
 
-use crate::{config::LiveWebConfig, state::HttpRejections};
+use crate::{config::LiveWebConfig, exposition::selfmon::HttpRejections};
 
 /// Remembered outcomes at most; beyond, the memory starts over.
 const CACHE_ENTRIES: usize = 1024;

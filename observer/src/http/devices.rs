@@ -17,30 +17,19 @@
 //! ago) or none because there are more disks than slots (`degraded`), see
 //! [`crate::bpf::devslots`].
 
-use std::{path::Path, sync::Arc};
+use std::sync::Arc;
 
 use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
+use observer_common::maps::{dev_major, dev_minor};
 use serde::Serialize;
 
 use super::params::NoParams;
 use crate::{
-    bpf::devslots::{parse_dev, SlotTable, Tracking, SYS_BLOCK},
+    bpf::devslots::{SlotTable, Tracking},
+    disks::{Inventory, Partition},
     fslog::{Discovery, LogKind, LogStatus, Range},
     state::AppState,
 };
-
-/// A partition of a disk.
-#[derive(Serialize)]
-pub struct Partition {
-    /// Kernel name.
-    pub name: String,
-    /// `M:m`.
-    pub dev: String,
-    /// Start on the disk (512-byte sectors).
-    pub start: u64,
-    /// Size (512-byte sectors).
-    pub sectors: u64,
-}
 
 /// A filesystem that uses a disk, seen from that disk.
 #[derive(Serialize)]
@@ -65,7 +54,9 @@ pub struct FsRef {
 pub struct Device {
     /// Kernel name.
     pub device: String,
-    /// `M:m`.
+    /// `M:m`: the number its series are counted under. A hidden disk (an NVMe multipath path
+    /// `nvmeXcYnZ`) has no sysfs `dev`: its /proc/diskstats number, or `0:N` from its name
+    /// where that is 0:0 (5.10; [`crate::disks::disk_number`]).
     pub dev: String,
     /// Size (512-byte sectors).
     pub sectors: u64,
@@ -77,6 +68,15 @@ pub struct Device {
     pub bio_based: bool,
     /// A device-mapper disk's name (`dm/name`, e.g. `vg0-data`); null for other disks.
     pub dm_name: Option<String>,
+    /// The disks (or partitions) this one sits on, by kernel name (`slaves/`: md0 → loop0,
+    /// loop1; dm-0 → md0), sorted. An NVMe multipath head lists its path disks here too
+    /// (`multipath/`, drivers/nvme/host/multipath.c: nvme0n1 → nvme0c0n1, nvme0c1n1).
+    pub slaves: Vec<String>,
+    /// The disks that sit on this one (`holders/`: loop0 → md0), sorted.
+    pub holders: Vec<String>,
+    /// A hidden disk (`hidden` = 1: an NVMe multipath path disk, which has no /dev node; its
+    /// I/O is counted as its own).
+    pub hidden: bool,
     /// Whether the disk has a per-device slot: `full` (log classification and stall
     /// detection), `pending` (not indexed yet) or `degraded` (more disks than slots).
     pub tracking: Tracking,
@@ -99,70 +99,36 @@ pub struct DevicesBody {
     pub discovery: Discovery,
 }
 
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
-/// Builds the body from sysfs (`sys_block`, normally `/sys/block`: `size`, `dev`,
-/// `queue/write_cache`, partitions' `start`/`size`), a discovery and the per-device slots.
+/// Builds the body from a scan of the disks (`inv`), a discovery and the per-device slots.
 /// Disks without media (size 0) are left out unless they have log ranges.
-pub fn body(sys_block: &Path, d: Discovery, slots: &SlotTable) -> DevicesBody {
+pub fn body(inv: &Inventory, d: Discovery, slots: &SlotTable) -> DevicesBody {
     let mut devices = Vec::new();
-    let mut names: Vec<String> = std::fs::read_dir(sys_block)
-        .map(|it| {
-            it.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    for name in names {
-        let dir = sys_block.join(&name);
-        let sectors: u64 = read(&dir.join("size")).parse().unwrap_or(0);
-        if sectors == 0 && !d.ranges.contains_key(&name) {
+    for disk in &inv.disks {
+        if disk.sectors == 0 && !d.ranges.contains_key(&disk.name) {
             continue; // unattached loop devices, empty drives
         }
-        let dev = read(&dir.join("dev"));
         devices.push(Device {
-            tracking: parse_dev(&dev).map_or(Tracking::Pending, |d| slots.tracking(d)),
-            dev,
-            sectors,
-            write_cache: read(&dir.join("queue/write_cache")),
-            bio_based: !dir.join("mq").exists(),
-            dm_name: std::fs::read_to_string(dir.join("dm/name"))
-                .ok()
-                .map(|n| n.trim_end().to_string()),
-            partitions: partitions(&dir),
-            filesystems: filesystems_on(&name, &d),
-            log_ranges: d.ranges.get(&name).cloned().unwrap_or_default(),
-            device: name,
+            tracking: disk.dev.map_or(Tracking::Pending, |n| slots.tracking(n)),
+            dev: disk.dev.map_or(String::new(), |n| {
+                format!("{}:{}", dev_major(n), dev_minor(n))
+            }),
+            sectors: disk.sectors,
+            write_cache: disk.write_cache.clone(),
+            bio_based: disk.bio_based,
+            dm_name: disk.dm_name.clone(),
+            slaves: disk.slaves.clone(),
+            holders: disk.holders.clone(),
+            hidden: disk.hidden,
+            partitions: disk.partitions.clone(),
+            filesystems: filesystems_on(&disk.name, &d),
+            log_ranges: d.ranges.get(&disk.name).cloned().unwrap_or_default(),
+            device: disk.name.clone(),
         });
     }
     DevicesBody {
         devices,
         discovery: d,
     }
-}
-
-/// The partitions of the disk at sysfs directory `dir` (subdirectories with a `partition`
-/// file), by start sector.
-fn partitions(dir: &Path) -> Vec<Partition> {
-    let mut partitions = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.join("partition").exists() {
-            partitions.push(Partition {
-                name: e.file_name().to_string_lossy().into_owned(),
-                dev: read(&p.join("dev")),
-                start: read(&p.join("start")).parse().unwrap_or(0),
-                sectors: read(&p.join("size")).parse().unwrap_or(0),
-            });
-        }
-    }
-    partitions.sort_by_key(|p| p.start);
-    partitions
 }
 
 /// The filesystems with data or log on disk `name`, and the role the disk plays for each.
@@ -195,8 +161,8 @@ fn filesystems_on(name: &str, d: &Discovery) -> Vec<FsRef> {
     refs
 }
 
-/// The handler: the body from `/sys/block`, the last discovery and the slots; 500 if that task
-/// fails.
+/// The handler: the body from a scan of the disks made now, the last discovery and the slots;
+/// 500 if that task fails.
 pub async fn get_devices(State(st): State<Arc<AppState>>, _: NoParams) -> impl IntoResponse {
     let d = st.fslog.get();
     let slots = st
@@ -206,7 +172,7 @@ pub async fn get_devices(State(st): State<Arc<AppState>>, _: NoParams) -> impl I
         .expect("dev slots lock")
         .table()
         .clone();
-    match tokio::task::spawn_blocking(move || body(Path::new(SYS_BLOCK), d, &slots)).await {
+    match tokio::task::spawn_blocking(move || body(&Inventory::scan(), d, &slots)).await {
         Ok(b) => Json(b).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -11,7 +11,8 @@ use axum::{
 
 use super::{blocking, params::parse};
 use crate::{
-    stalls::{self, CgroupNames, Filter},
+    labels::CgroupNames,
+    stalls::{self, Filter},
     state::AppState,
     time::Clock,
 };

@@ -6,47 +6,17 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use super::params::NoParams;
-
-/// The endpoints the page lists: (path relative to the page, what it is).
-pub const ENDPOINTS: &[(&str, &str)] = &[
-    ("metrics", "Prometheus metrics (text exposition format)"),
-    (
-        "healthz",
-        "liveness: <code>ok</code> while the daemon serves",
-    ),
-    (
-        "stalls",
-        "slow requests, requests stuck right now, stall episodes (text; <code>?format=json</code>)",
-    ),
-    (
-        "merges",
-        "requests per device and class at dispatch, recent missed adjacent merges (text; <code>?format=json</code>)",
-    ),
-    (
-        "inflight",
-        "every request in flight now, oldest first (JSON)",
-    ),
-    (
-        "histograms",
-        "latency summaries per device, class and stage (JSON)",
-    ),
-    (
-        "devices",
-        "disks, their filesystems and filesystem log ranges (JSON)",
-    ),
-    (
-        "openapi.yaml",
-        "the OpenAPI 3 document of the JSON endpoints",
-    ),
-];
+use super::{endpoints::ENDPOINTS, params::NoParams};
 
 /// The page. Links are relative (`metrics`, not `/metrics`), so they also work behind a reverse
 /// proxy that serves the daemon under a path prefix.
 pub fn page() -> String {
-    let items: String = ENDPOINTS
+    let items: String = ENDPOINTS[1..]
         .iter()
-        .map(|(path, what)| format!("<li><a href=\"{path}\">/{path}</a> — {what}</li>\n"))
+        .map(|e| {
+            let rel = &e.path[1..];
+            format!("<li><a href=\"{rel}\">/{rel}</a> — {}</li>\n", e.about)
+        })
         .collect();
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\"><title>blkobs observer</title></head>\n\
@@ -63,19 +33,19 @@ pub async fn get_landing(_: NoParams) -> Response {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn page_links_every_endpoint() {
+    fn page_links_every_endpoint_but_itself() {
         let p = super::page();
-        for path in [
-            "metrics",
-            "healthz",
-            "stalls",
-            "merges",
-            "inflight",
-            "histograms",
-            "devices",
-            "openapi.yaml",
-        ] {
-            assert!(p.contains(&format!("<a href=\"{path}\">")), "{path}: {p}");
+        for e in &super::ENDPOINTS[1..] {
+            assert!(
+                p.contains(&format!("<a href=\"{}\">", &e.path[1..])),
+                "{}: {p}",
+                e.path
+            );
         }
+        assert_eq!(
+            p.matches("<a href=").count(),
+            super::ENDPOINTS.len() - 1,
+            "{p}"
+        );
     }
 }

@@ -13,7 +13,6 @@ use super::params::NoParams;
 use crate::{
     collect::snapshot::Snapshot,
     exposition::{self, TextWriter},
-    fslog,
     state::AppState,
 };
 
@@ -28,8 +27,9 @@ pub async fn get_metrics(State(st): State<Arc<AppState>>, _: NoParams) -> impl I
             let history = st.history.lock().expect("history lock");
             exposition::render(&mut w, &snap, &history, &rt.buckets, &st.info, &rt.filter);
         }
-        fslog::render_metrics(&mut w, &st.fslog.get());
-        exposition::bpfcost::families(&mut w, &st.program_runs());
+        exposition::fslog::render_metrics(&mut w, &st.fslog.get());
+        let (runs, timed) = st.program_runs();
+        exposition::bpfcost::families(&mut w, &runs, timed);
         exposition::selfmon::http_families(&mut w, &st.http_rejected);
         w.push_str(&exposition::encode(st.process.families()));
         w.finish()

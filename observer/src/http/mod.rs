@@ -1,9 +1,12 @@
-//! The HTTP layer: the router and one file per endpoint, with their query parameters parsed in
-//! [`params`]. `/` (an HTML page linking the others), `/metrics` (Prometheus text format),
-//! `/healthz`, `/stalls`, `/merges`, `/inflight`, `/histograms`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this module.
+//! The HTTP layer: the router over the one endpoint table ([`endpoints`]) and one file per
+//! endpoint, with their query parameters parsed in [`params`]: `/` (an HTML page linking the
+//! others), `/metrics` (Prometheus text format), `/healthz`, `/stalls`, `/merges`,
+//! `/inflight`, `/histograms`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this
+//! module.
 
 pub mod auth;
 pub mod devices;
+pub mod endpoints;
 pub mod histograms;
 pub mod inflight;
 pub mod landing;
@@ -16,40 +19,34 @@ pub mod stalls;
 
 use std::sync::Arc;
 
-use axum::{http::StatusCode, routing::get, Router};
+use axum::{http::StatusCode, Router};
 
 use crate::{config::HttpLimits, state::AppState};
+pub use endpoints::{Endpoint, ENDPOINTS};
 
-/// Every route, with `state` shared by the handlers; unknown paths get 404 with a JSON error
-/// listing the endpoints. Every endpoint rejects query parameters it does not take, and repeated
+/// Every route of [`ENDPOINTS`], with `state` shared by the handlers; unknown paths get 404
+/// with a JSON error listing the endpoints. Every endpoint rejects query parameters it does not take, and repeated
 /// ones, with 400 ([`params`]). The endpoints that read the kernel maps (`/metrics` and the
 /// JSON API) are served at most `limits.max_requests` at once (503 beyond), and every request
 /// target is limited to `limits.max_uri_bytes` (414), see [`server`]. While the web
 /// configuration file has `basic_auth_users`, every path (`/healthz` too, as exporter-toolkit
 /// does) needs their credentials (401), see [`auth`].
 pub fn router(state: Arc<AppState>, limits: &HttpLimits) -> Router {
-    let readers = server::limit_requests(
-        Router::new()
-            .route("/metrics", get(metrics::get_metrics))
-            .route("/stalls", get(stalls::get_stalls))
-            .route("/merges", get(merges::get_merges))
-            .route("/inflight", get(inflight::get_inflight))
-            .route("/histograms", get(histograms::get_histograms))
-            .route("/devices", get(devices::get_devices)),
-        limits,
-        state.http_rejected.clone(),
-    );
-    let router = Router::new()
-        .route("/", get(landing::get_landing))
-        .route("/healthz", get(|_: params::NoParams| async { "ok\n" }))
-        .route("/openapi.yaml", get(openapi::get_openapi))
+    let (mut readers, mut others) = (Router::new(), Router::new());
+    for e in ENDPOINTS {
+        if e.reads_maps {
+            readers = readers.route(e.path, (e.handler)());
+        } else {
+            others = others.route(e.path, (e.handler)());
+        }
+    }
+    let readers = server::limit_requests(readers, limits, state.http_rejected.clone());
+    let router = others
         .merge(readers)
         .fallback(|| async {
             (
                 StatusCode::NOT_FOUND,
-                axum::Json(serde_json::json!({
-                    "error": "not found: try /, /metrics, /healthz, /stalls, /merges, /inflight, /histograms, /devices, /openapi.yaml",
-                })),
+                axum::Json(serde_json::json!({ "error": endpoints::not_found_text() })),
             )
         })
         .with_state(state.clone());

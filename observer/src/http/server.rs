@@ -41,7 +41,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::{
     config::{HttpLimits, LiveWebConfig},
-    state::HttpRejections,
+    exposition::selfmon::HttpRejections,
 };
 
 /// Request heads (request line and headers) larger than this get 431 from hyper.

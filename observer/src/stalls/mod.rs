@@ -6,13 +6,11 @@
 //! are read from `INFLIGHT` and `DEVSTATE` at query time. All kernel times are CLOCK_MONOTONIC
 //! ns; [`crate::time::Clock`] turns them into wall-clock times for display.
 
-pub mod cgroup;
 pub mod inflight;
 pub mod records;
 pub mod report;
 pub mod text;
 
-pub use cgroup::{set_cgroup_root, CgroupNames, LabelNames};
 pub use inflight::inflight;
 pub use records::{Episode, Filter, InflightRequest, SlowRequest, StallReport, Submitter};
 pub use report::{report, ReportInput};

@@ -89,6 +89,23 @@ pub struct InflightRequest {
     pub owner_cgroup_id: u64,
     /// Its path (as [`Submitter::cgroup`]); null when unknown or gone.
     pub owner_cgroup: Option<String>,
+    /// The upper disk's I/O this one serves: where `block_bio_remap` says its bio came from
+    /// (a leg request of md0's bio; a dm clone's original); null for an I/O submitted to this
+    /// disk itself.
+    pub upper: Option<UpperIo>,
+    /// The I/Os in flight below that serve this one (their `upper` is this disk, at a sector
+    /// inside this I/O, and they entered after it), each with its own `held_by`: for a stuck md
+    /// or dm bio, the leg requests that hold it. Empty for an I/O on a disk with nothing below.
+    pub held_by: Vec<InflightRequest>,
+}
+
+/// Where an I/O below came from (`block_bio_remap`'s `dev` and `from`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct UpperIo {
+    /// The upper disk's kernel name (`md0`, `dm-0`, `nvme0n1`).
+    pub device: String,
+    /// The sector (512 B) on it.
+    pub sector: u64,
 }
 
 /// A stall episode, ended or ongoing.

@@ -9,7 +9,6 @@ use observer_common::{
 };
 
 use super::{
-    cgroup::CgroupNames,
     inflight::inflight,
     records::{Episode, Filter, InflightRequest, SlowRequest, StallReport, Submitter},
 };
@@ -18,7 +17,8 @@ use crate::{
     collect::events::History,
     config::DeviceFilter,
     labels::{
-        bio_based, comm, device_mapper_name, device_name, stall_kind_name, status_name, ClassInfo,
+        bio_based, comm, device_mapper_name, device_name, stall_kind_name, status_name,
+        CgroupNames, ClassInfo,
     },
     time::Clock,
 };

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::records::StallReport;
+use super::records::{InflightRequest, StallReport};
 
 fn secs(v: f64) -> String {
     if v >= 1.0 {
@@ -66,22 +66,35 @@ fn stuck_table(o: &mut String, r: &StallReport) {
         "CGROUP"
     );
     for s in &r.stuck {
-        let _ = writeln!(
-            o,
-            "{:<10} {:<7} {:>10} {:>10} {:<6} {:>12} {:>8} {:>3} {:>7} {:<16} {:<24} {}",
-            s.device,
-            s.stage,
-            secs(s.age_seconds),
-            secs(s.stage_seconds),
-            s.class.rwbs,
-            s.sector,
-            s.bytes,
-            s.requeues,
-            s.submitter.pid,
-            s.submitter.comm,
-            s.submitter.cgroup.as_deref().unwrap_or("-"),
-            s.owner_cgroup.as_deref().unwrap_or("-")
-        );
+        stuck_row(o, s, 0);
+    }
+}
+
+/// One stuck I/O, then the I/Os below that hold it, indented (`└` and the disk below).
+fn stuck_row(o: &mut String, s: &InflightRequest, depth: usize) {
+    let device = if depth == 0 {
+        s.device.clone()
+    } else {
+        format!("{}└ {}", " ".repeat(2 * (depth - 1)), s.device)
+    };
+    let _ = writeln!(
+        o,
+        "{:<10} {:<7} {:>10} {:>10} {:<6} {:>12} {:>8} {:>3} {:>7} {:<16} {:<24} {}",
+        device,
+        s.stage,
+        secs(s.age_seconds),
+        secs(s.stage_seconds),
+        s.class.rwbs,
+        s.sector,
+        s.bytes,
+        s.requeues,
+        s.submitter.pid,
+        s.submitter.comm,
+        s.submitter.cgroup.as_deref().unwrap_or("-"),
+        s.owner_cgroup.as_deref().unwrap_or("-")
+    );
+    for h in &s.held_by {
+        stuck_row(o, h, depth + 1);
     }
 }
 

@@ -302,6 +302,12 @@ pub struct NullBlk {
 
 impl NullBlk {
     pub fn new(size_mib: u64, scheduler: &str) -> NullBlk {
+        NullBlk::with(size_mib, scheduler, &[])
+    }
+
+    /// A null_blk device with configfs attributes `attrs` set too (e.g. `irqmode`, `completion_nsec`:
+    /// Documentation/block/null_blk.rst), before it is powered on.
+    pub fn with(size_mib: u64, scheduler: &str, attrs: &[(&str, &str)]) -> NullBlk {
         let config = Path::new("/sys/kernel/config");
         if !config.join("nullb").is_dir() {
             // In the kernel matrix the modules live in the unpacked package (BLKOBS_VM_MODROOT).
@@ -325,7 +331,13 @@ impl NullBlk {
                 "null_blk is not available (modprobe: {st:?})"
             );
         }
-        let dir = config.join(format!("nullb/blkobs{}", std::process::id()));
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let item = format!(
+            "blkobs{}x{}",
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let dir = config.join("nullb").join(&item);
         std::fs::create_dir(&dir).expect("configfs nullb device");
         let set = |attr: &str, v: &str| {
             std::fs::write(dir.join(attr), v).unwrap_or_else(|e| panic!("null_blk {attr}={v}: {e}"))
@@ -335,15 +347,22 @@ impl NullBlk {
         set("cache_size", "16");
         // fstrim in the workload: memory-backed null_blk discards only when asked to.
         set("discard", "1");
+        for (a, v) in attrs {
+            set(a, v);
+        }
         set("power", "1");
         let index = std::fs::read_to_string(dir.join("index"))
             .unwrap()
             .trim()
             .to_string();
-        let d = NullBlk {
-            name: format!("nullb{index}"),
-            dir,
+        // The disk is named after its configfs item where the kernel does so (6.x:
+        // drivers/block/null_blk/main.c, null_add_dev), else `nullb<index>` (5.10).
+        let name = if Path::new("/sys/block").join(&item).exists() {
+            item
+        } else {
+            format!("nullb{index}")
         };
+        let d = NullBlk { name, dir };
         set_scheduler(&d.name, scheduler);
         d
     }

@@ -5,11 +5,15 @@
 //! - `skip`: the one rule for a test that cannot run here (fails under CI, else skips visibly).
 //! - `process`: tools, commands, child guards, HTTP, polling, temp dirs, BPF ids.
 //! - `daemon`: the observer daemon fixture and its `/devices` answers.
+//! - `e2e`: the kernel matrix's end-to-end checks on one disk against /proc/diskstats.
+//! - `guest`: the kernel-matrix guests' qemu disks, found by serial; queue attributes set
+//!   and restored.
 //! - `blockdev`: loop devices (plain, partitioned, over a file) and null_blk; udev's device
 //!   node owner and mode (root:disk 0660).
 //! - `mounts`: filesystems made and mounted.
 //! - `metrics`: the exposition parsed into samples.
-//! - `witness`: /proc/diskstats and the ftrace `block_io_start` witness.
+//! - `witness`: /proc/diskstats and the ftrace witnesses (`block_io_start`, counts of one
+//!   block event).
 //! - `fslog_witness`: the filesystem log witnesses (xfs_db, dumpe2fs/debugfs) and classification.
 //! - `slowfs`: a FUSE-backed disk with injected delays.
 //! - `sysctl`: a kernel sysctl set for a test and restored.
@@ -21,7 +25,10 @@
 
 mod blockdev;
 mod daemon;
+mod e2e;
 mod fslog_witness;
+mod ftrace;
+mod guest;
 mod metrics;
 mod mounts;
 mod process;
@@ -33,7 +40,10 @@ mod witness;
 
 pub use blockdev::*;
 pub use daemon::*;
+pub use e2e::*;
 pub use fslog_witness::*;
+pub use ftrace::*;
+pub use guest::*;
 pub use metrics::*;
 pub use mounts::*;
 pub use process::*;

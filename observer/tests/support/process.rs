@@ -62,9 +62,15 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The daemon binary built by cargo for these tests.
+/// The daemon binary these tests run: `$BLKOBS_OBSERVER_BIN` when set (a path, relative to the
+/// workspace or absolute), else the one cargo built with them (CARGO_BIN_EXE_observer). The
+/// kernel matrix sets it to target/release/observer: under TCG the debug build takes ~18 s to
+/// load its programs, the release build ~5 s (aya's BTF relocation is userspace work).
 pub fn observer_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_observer"))
+    match std::env::var_os("BLKOBS_OBSERVER_BIN") {
+        Some(p) if !p.is_empty() => repo_root().join(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_observer")),
+    }
 }
 
 /// A copy of the daemon binary in `dir` (mode 0755), so that an unprivileged user can run it
@@ -194,7 +200,10 @@ pub fn http(url: &str) -> Result<(u16, String), String> {
             .map(|_| (status, s))
             .map_err(|e| e.to_string())
     };
-    match ureq::get(url).timeout(Duration::from_secs(10)).call() {
+    // A connection of its own, closed after the response (as curl): a pooled keep-alive
+    // connection would hold one of the server's `max_connections` for as long as it idles.
+    let agent = ureq::AgentBuilder::new().max_idle_connections(0).build();
+    match agent.get(url).timeout(Duration::from_secs(10)).call() {
         Ok(r) => read(r),
         Err(ureq::Error::Status(code, r)) => {
             Ok((code, read(r).map(|(_, body)| body).unwrap_or_default()))

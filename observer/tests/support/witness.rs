@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{unique, Daemon, LoopDev, Metrics};
+use super::{Daemon, Ftrace, FtraceSpec, LoopDev, Metrics};
 
 /// The /proc/diskstats fields of a device, by name.
 #[derive(Clone, Copy, Debug, Default)]
@@ -122,61 +122,61 @@ pub fn read_trace(instance: &Path) -> String {
     text
 }
 
-/// One `block_io_start` event from an ftrace instance: what entered the block layer.
+/// One `block_io_start` (or other `block_rq` format: `block_rq_issue`) event from an ftrace
+/// instance: what entered the block layer (or was dispatched), on which disk.
 #[derive(Clone, Debug)]
 pub struct IoStart {
+    /// The disk, `MKDEV(major, minor)`.
+    pub kdev: u32,
     pub rwbs: String,
+    /// First sector (512 B).
     pub sector: u64,
     pub sectors: u64,
     pub comm: String,
 }
 
-/// A private ftrace instance recording `block_io_start` for one disk; removed on drop.
-pub struct IoTrace {
-    dir: PathBuf,
-}
+/// An [`Ftrace`] of one event of the `block_rq` format for some disks.
+pub struct IoTrace(Ftrace);
 
 impl IoTrace {
+    /// `block_io_start` on one disk (`MKDEV`).
     pub fn start(kdev: u32) -> IoTrace {
-        let dir = PathBuf::from("/sys/kernel/tracing/instances").join(unique("blkobs-test"));
-        std::fs::create_dir(&dir).expect("tracefs instance (is /sys/kernel/tracing mounted?)");
-        let t = IoTrace { dir };
-        std::fs::write(t.dir.join("buffer_size_kb"), "16384").unwrap();
-        let ev = t.dir.join("events/block/block_io_start");
-        std::fs::write(ev.join("filter"), format!("dev == {kdev}")).unwrap();
-        std::fs::write(ev.join("enable"), "1").unwrap();
-        t
+        IoTrace::of("block_io_start", &[kdev])
     }
+
+    /// `event` (`block_io_start`, `block_rq_issue`, ...) on the disks `kdevs` (`MKDEV`).
+    pub fn of(event: &'static str, kdevs: &[u32]) -> IoTrace {
+        IoTrace(Ftrace::start(
+            "io",
+            FtraceSpec {
+                events: &[event],
+                kdevs,
+                ..Default::default()
+            },
+        ))
+    }
+
     /// Stops recording and returns the events.
     pub fn stop(&self) -> Vec<IoStart> {
-        std::fs::write(self.dir.join("events/block/block_io_start/enable"), "0").unwrap();
-        let text = read_trace(&self.dir);
-        let mut out = Vec::new();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((_, rest)) = line.split_once("block_io_start: ") else {
-                continue;
-            };
-            let t: Vec<&str> = rest.split_whitespace().collect();
-            let plus = t.iter().position(|x| *x == "+").expect("trace line format");
-            out.push(IoStart {
-                rwbs: t[1].to_string(),
-                sector: t[plus - 1].parse().unwrap(),
-                sectors: t[plus + 1].parse().unwrap(),
-                comm: t
-                    .last()
-                    .unwrap()
-                    .trim_matches(|c| c == '[' || c == ']')
-                    .to_string(),
-            });
-        }
-        out
-    }
-}
-
-impl Drop for IoTrace {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.dir.join("events/block/block_io_start/enable"), "0");
-        let _ = std::fs::remove_dir(&self.dir);
+        self.0
+            .stop()
+            .into_iter()
+            .map(|e| {
+                let (sector, sectors) = e.range().expect("trace line format");
+                IoStart {
+                    kdev: e.kdev,
+                    rwbs: e.rwbs().to_string(),
+                    sector,
+                    sectors,
+                    comm: e
+                        .fields
+                        .last()
+                        .unwrap()
+                        .trim_matches(|c| c == '[' || c == ']')
+                        .to_string(),
+                }
+            })
+            .collect()
     }
 }
 
@@ -201,7 +201,7 @@ impl Drop for IoTrace {
 /// under fio froze at its first cycle with `set_event_pid` + `event-fork`, and after 20 cycles
 /// without them; CI-length runs froze twice at a test's teardown.
 pub struct Pid1Completions {
-    dir: Option<PathBuf>,
+    trace: Option<Ftrace>,
 }
 
 impl Pid1Completions {
@@ -210,54 +210,36 @@ impl Pid1Completions {
     /// children.
     pub fn start(kdevs: &[u32]) -> Pid1Completions {
         if std::env::var_os("BLKOBS_VM").is_some() {
-            return Pid1Completions { dir: None };
+            return Pid1Completions { trace: None };
         }
-        ensure_tracefs();
-        let dir = PathBuf::from("/sys/kernel/tracing/instances").join(unique("blkobs-pid1"));
-        std::fs::create_dir(&dir).expect("tracefs instance (is /sys/kernel/tracing mounted?)");
-        let t = Pid1Completions {
-            dir: Some(dir.clone()),
-        };
-        std::fs::write(dir.join("buffer_size_kb"), "4096").unwrap();
-        std::fs::write(dir.join("options/event-fork"), "1").unwrap();
         let tids: Vec<String> = std::fs::read_dir("/proc/1/task")
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        std::fs::write(dir.join("set_event_pid"), tids.join(" ")).unwrap();
-        let filter = kdevs
-            .iter()
-            .map(|d| format!("dev == {d}"))
-            .collect::<Vec<_>>()
-            .join(" || ");
-        let ev = dir.join("events/block/block_rq_complete");
-        std::fs::write(ev.join("filter"), filter).unwrap();
-        std::fs::write(ev.join("enable"), "1").unwrap();
-        t
+        Pid1Completions {
+            trace: Some(Ftrace::start(
+                "pid1",
+                FtraceSpec {
+                    events: &["block_rq_complete"],
+                    kdevs,
+                    buffer_kb: 4096,
+                    pids: &tids,
+                    ..Default::default()
+                },
+            )),
+        }
     }
 
     /// Stops; the number of completions recorded per disk, as `(kdev, count)`.
     pub fn stop(&self) -> Vec<(u32, u64)> {
-        let Some(dir) = &self.dir else {
+        let Some(t) = &self.trace else {
             return Vec::new();
         };
-        std::fs::write(dir.join("events/block/block_rq_complete/enable"), "0").unwrap();
-        let text = read_trace(dir);
         let mut counts: Vec<(u32, u64)> = Vec::new();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            // "... [001] ..s1. 22483.362265: block_rq_complete: 7,0 R () 611120 + 8 ..."
-            let Some((_, rest)) = line.split_once("block_rq_complete: ") else {
-                continue;
-            };
-            let (maj, min) = rest
-                .split_whitespace()
-                .next()
-                .and_then(|d| d.split_once(','))
-                .expect("trace line format");
-            let kdev = (maj.parse::<u32>().unwrap() << 20) | min.parse::<u32>().unwrap();
-            match counts.iter_mut().find(|(d, _)| *d == kdev) {
+        for e in t.stop() {
+            match counts.iter_mut().find(|(d, _)| *d == e.kdev) {
                 Some((_, n)) => *n += 1,
-                None => counts.push((kdev, 1)),
+                None => counts.push((e.kdev, 1)),
             }
         }
         counts
@@ -265,7 +247,7 @@ impl Pid1Completions {
 
     /// `n` recorded completions, as the tests print them: "not traced in the VM" there.
     pub fn shown(&self, n: f64) -> String {
-        match self.dir {
+        match self.trace {
             Some(_) => n.to_string(),
             None => "not traced in the VM".into(),
         }
@@ -280,11 +262,26 @@ impl Pid1Completions {
     }
 }
 
-impl Drop for Pid1Completions {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.dir {
-            let _ = std::fs::write(dir.join("events/block/block_rq_complete/enable"), "0");
-            let _ = std::fs::remove_dir(dir);
-        }
+/// An [`Ftrace`] counting one `block` event (`block_rq_requeue`, ...) on one disk (`dev ==
+/// kdev`, `MKDEV(maj, min)` as the event's `dev` field).
+pub struct BlockEventCount(Ftrace);
+
+impl BlockEventCount {
+    /// Starts recording `events/block/<event>` for disk `kdev`.
+    pub fn start(event: &'static str, kdev: u32) -> BlockEventCount {
+        BlockEventCount(Ftrace::start(
+            "count",
+            FtraceSpec {
+                events: &[event],
+                kdevs: &[kdev],
+                buffer_kb: 8192,
+                ..Default::default()
+            },
+        ))
+    }
+
+    /// Stops; the number of events recorded (panics if the buffer overflowed).
+    pub fn stop(&self) -> u64 {
+        self.0.stop().len() as u64
     }
 }

@@ -137,6 +137,7 @@ pub fn proc_usage(pid: u32) -> Result<(f64, u64, u64)> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After "pid (comm)": state is field 3, utime 14, stime 15 → indices 11, 12 here.
     let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
+    // SAFETY: sysconf reads a constant; no memory is passed.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib = |key: &str| -> u64 {

@@ -21,6 +21,8 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 pub fn install_signal_handlers() {
+    // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to an atomic, which is
+    // async-signal-safe.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
@@ -160,6 +162,7 @@ impl Proc {
         if self.child.try_wait().ok().flatten().is_some() {
             return;
         }
+        // SAFETY: kill(2) with our own child's pid (not yet reaped: try_wait saw it running).
         unsafe { libc::kill(self.child.id() as i32, self.stop_signal) };
         let end = Instant::now() + Duration::from_secs(5);
         while Instant::now() < end {

@@ -59,6 +59,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         "--rounds and --runtime must be at least 1"
     );
     ensure!(
+        // SAFETY: geteuid has no preconditions and cannot fail.
         unsafe { libc::geteuid() } == 0,
         "cargo xtask bench needs root (loop devices, eBPF, sysctl)"
     );

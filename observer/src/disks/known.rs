@@ -1,4 +1,4 @@
-//! The disks this daemon has seen: every entry of `/sys/block` now or at any rescan since it
+//! The disks this daemon has seen: every entry of `/sys/block` now or in any scan since it
 //! started (every second, [`crate::daemon`]), by kernel name and as `MAJ:MIN` (how a disk that
 //! went away is named in reports). The API's `device=` parameter accepts only these.
 
@@ -7,6 +7,10 @@ use std::{
     path::{Path, PathBuf},
     sync::Mutex,
 };
+
+use observer_common::maps::{dev_major, dev_minor};
+
+use super::Inventory;
 
 /// At most this many names are remembered (more only while more disks are present); beyond it
 /// the ones gone longest are forgotten: a host that creates and removes disks for months must
@@ -62,18 +66,24 @@ impl KnownDisks {
         }
     }
 
-    /// Adds every disk in `/sys/block` now (name and `MAJ:MIN`), then forgets the names gone
-    /// longest while more than [`CAPACITY`] are known.
+    /// Scans `/sys/block` now and [`KnownDisks::record`]s it (a name asked for that is not
+    /// known yet).
     pub fn rescan(&self) {
+        self.record(&Inventory::scan_in(
+            &self.sys_block,
+            Path::new(super::PROC_DISKSTATS),
+        ));
+    }
+
+    /// Adds every disk of a scan (name and `MAJ:MIN`), then forgets the names gone longest
+    /// while more than [`CAPACITY`] are known.
+    pub fn record(&self, inv: &Inventory) {
         let mut found = Vec::new();
-        for e in std::fs::read_dir(&self.sys_block)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            found.push(e.file_name().to_string_lossy().into_owned());
-            if let Ok(dev) = std::fs::read_to_string(e.path().join("dev")) {
-                found.push(dev.trim().to_string());
+        for d in &inv.disks {
+            found.push(d.name.clone());
+            // A hidden disk has no sysfs `dev`: its series are named, never `MAJ:MIN`.
+            if let (Some(dev), false) = (d.dev, d.hidden) {
+                found.push(format!("{}:{}", dev_major(dev), dev_minor(dev)));
             }
         }
         let mut seen = self.seen.lock().expect("known disks lock");

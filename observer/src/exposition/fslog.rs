@@ -1,10 +1,10 @@
-//! Exposition of the last discovery, appended to `/metrics`. Declares `blkobs_fs_log_sectors`,
+//! Exposition of the last filesystem log discovery (crate::fslog), appended to `/metrics`. Declares `blkobs_fs_log_sectors`,
 //! `blkobs_fs_log_status` and `blkobs_fs_log_warnings`.
 
 use prometheus::proto::MetricType;
 
-use super::{discovery::Discovery, LogKind};
-use crate::exposition::{MetricDesc, TextWriter};
+use super::{MetricDesc, TextWriter};
+use crate::fslog::{Discovery, LogKind};
 
 /// One series per log range: joins `log="true"` series (by `device`) to their filesystem.
 pub const FS_LOG_SECTORS: MetricDesc = MetricDesc {
@@ -14,7 +14,7 @@ pub const FS_LOG_SECTORS: MetricDesc = MetricDesc {
     labels: &["device", "fs_device", "fstype", "mountpoint", "kind", "start"],
 };
 
-/// One series per filesystem, value 1, `status` = [`super::LogStatus::as_str`].
+/// One series per filesystem, value 1, `status` = [`crate::fslog::LogStatus::as_str`].
 pub const FS_LOG_STATUS: MetricDesc = MetricDesc {
     name: "blkobs_fs_log_status",
     help: "One series per mounted XFS/ext2/3/4 filesystem, value 1, status = outcome of its log discovery: found, no_journal, unreadable (grant read access to the device, see GET /devices), no_device_node, invalid, external_log_missing, io_error.",

@@ -1,8 +1,13 @@
 //! Label values decoded from kernel numbers, in one place: device numbers → kernel device
-//! names, `blk_status_t` → status names, class bits → op/flags/rwbs, stall kinds, task comms.
-//! Used by the exposition, the `/stalls` reports and the histogram windows alike.
+//! names, `blk_status_t` → status names, class bits → op/flags/rwbs, stall kinds, task comms,
+//! cgroup ids → cgroup paths ([`cgroup`]). Used by the exposition, the `/stalls` reports and
+//! the histogram windows alike.
+
+mod cgroup;
 
 use std::{collections::BTreeMap, path::Path, sync::Mutex};
+
+pub use cgroup::{owner_labels, set_cgroup_root, CgroupNames, LabelNames};
 
 use observer_common::{
     class::{Class, FLAGS},
@@ -62,6 +67,16 @@ fn device_mapper_name_in(sys_block: &Path, disk: &str) -> Option<(String, String
     let name = std::fs::read_to_string(dm.join("name")).ok()?;
     let uuid = std::fs::read_to_string(dm.join("uuid")).unwrap_or_default();
     Some((name.trim_end().to_string(), uuid.trim_end().to_string()))
+}
+
+/// Remembers `name` for `dev`: a hidden disk (an NVMe multipath path `nvmeXcYnZ`) has no
+/// `/sys/dev/block` entry to resolve, so [`device_name`] names it from here (the disk scan
+/// calls this for every hidden disk of each tick's scan, `bpf::devslots::DevSlots::rescan`).
+pub fn remember_device_name(dev: u32, name: &str) {
+    let mut last = LAST_NAMES.lock().expect("device names lock");
+    if last.get(&dev).map(String::as_str) != Some(name) {
+        last.insert(dev, name.to_string());
+    }
 }
 
 /// Drops the remembered name of a forgotten device number (see [`device_name`]).

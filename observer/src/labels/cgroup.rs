@@ -1,7 +1,18 @@
 //! cgroup v2 ids (captured by the programs at submission) → cgroup paths, for the submitter of
-//! each request in `/stalls` and `/inflight`.
+//! each request in `/stalls` and `/inflight`, and the owner's `cgroup` label of `/metrics`.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    sync::{Mutex, MutexGuard},
+};
+
+/// The `cgroup` label values of owner cgroup ids, kept across scrapes ([`owner_labels`]).
+static OWNER_LABELS: Mutex<LabelNames> = Mutex::new(LabelNames::new());
+
+/// The process-wide cache of owner cgroup labels (`[cgroups] label`), locked.
+pub fn owner_labels() -> MutexGuard<'static, LabelNames> {
+    OWNER_LABELS.lock().expect("owner labels lock")
+}
 
 static CGROUP_ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
@@ -21,6 +32,7 @@ fn find_cgroup2_root(root: &std::path::Path) -> std::path::PathBuf {
         let Ok(c) = std::ffi::CString::new(cand.as_os_str().as_encoded_bytes()) else {
             continue;
         };
+        // SAFETY: statfs is plain old data: all zeroes is a valid value.
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
         // SAFETY: valid C string and statfs buffer.
         if unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0
@@ -63,6 +75,14 @@ pub struct LabelNames {
 }
 
 impl LabelNames {
+    /// An empty cache.
+    pub const fn new() -> LabelNames {
+        LabelNames {
+            found: BTreeMap::new(),
+            missing: BTreeMap::new(),
+        }
+    }
+
     /// How long an id that was not in the cgroup tree waits before it is looked up again.
     pub const RETRY: std::time::Duration = std::time::Duration::from_secs(10);
 

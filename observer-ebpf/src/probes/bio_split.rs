@@ -1,0 +1,38 @@
+//! `block_split(struct bio *bio, unsigned int new_sector)` (before 5.11: `(q, bio,
+//! new_sector)`): `bio` is a piece just split off another bio (block/blk-merge.c, dm; drivers/md
+//! since 6.x), already chained to it (block/bio.c bio_chain: `bio->bi_private` is the parent);
+//! the parent goes on from `new_sector`. On a bio-based disk each piece is an I/O of that disk
+//! (md and dm account pieces one by one). Whether the kernel traces the piece's own end
+//! depends on it: 5.10's bio_endio hands a chained bio to its parent before tracing
+//! (block/bio.c, `bio_chain_endio` checked first), later kernels trace it. So a piece is only
+//! counted here, in its parent's entry (`bios`): it is counted as an I/O of its own when it ends
+//! on its own (its completion or remap finds the parent, inflight.rs `piece_of`), else with its
+//! parent, at the parent's end (rq_complete.rs, `bio_counted`). No entry is made for it: one
+//! whose end is never traced would be left behind.
+use aya_ebpf::EbpfContext;
+use observer_common::class::{Op, OP_MASK};
+use observer_ebpf::{arg, kernel::bio_disk, layout, programs, read};
+
+use crate::{inflight::tracked_parent, inherit};
+
+#[inline(always)]
+fn on_split(c: &impl EbpfContext, i: usize) {
+    let bio = arg(c, i);
+    let l = layout();
+    let q: u64 = read(bio_disk(bio, &l), l.disk_queue);
+    if read::<u64>(q, l.q_mq_ops) != 0 {
+        // A request-based disk: the pieces become requests of their own there, a log bio's
+        // pieces log requests (inherit.rs).
+        inherit::split(bio, read(bio, l.bio_private));
+        return;
+    }
+    if let Some((_, p)) = tracked_parent(bio, &l) {
+        let p = unsafe { &mut *p };
+        if p.class & OP_MASK != Op::Discard as u16 {
+            p.bios = p.bios.saturating_add(1);
+        }
+    }
+}
+
+programs!(on_split => "block_split", bio_split, bio_split_raw, 0);
+programs!(on_split => "block_split", bio_split_q, bio_split_q_raw, 1);
