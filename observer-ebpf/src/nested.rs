@@ -36,10 +36,8 @@ use observer_ebpf::read;
 
 use crate::maps::addr_number;
 
-/// Slots per pair and CPU (a power of two). `PENDING` is 2 × 1024 × 16 B = 32 KiB per CPU
-/// (4 MiB on 128 CPUs); a collision needs an interrupt between the two programs of one event
-/// whose own key maps to the same slot (1 in 1024), and costs that end being handled twice.
-pub const SLOTS: u32 = 1024;
+/// Slots per pair and CPU (a power of two).
+pub const SLOTS: u32 = 4096;
 
 /// How long, in ns, a key waits for its second program at most: the interrupts that run
 /// between the two programs of one event (a softirq defers to ksoftirqd after 2 ms:
