@@ -128,15 +128,22 @@ pub fn bio_dev(bio: u64, l: &KernelLayout) -> u32 {
 
 /// Whether the request is inside a flush sequence (block/blk-flush.c): RQF_FLUSH_SEQ where BTF
 /// names it (`__RQF_FLUSH_SEQ`, an enumerator since 6.9; a `#define` in
-/// include/linux/blk-mq.h before, invisible to BTF), else `rq->end_io`, which blk-flush.c sets
-/// to mq_flush_data_end_io for exactly that span (the flush request's own end_io,
-/// flush_end_io, is set too).
+/// include/linux/blk-mq.h before, invisible to BTF), else `rq->end_io` of a write or of the
+/// flush request: blk-flush.c sets it to mq_flush_data_end_io for exactly that span of a
+/// write's life (the flush request's own end_io, flush_end_io, is set too). Other requests
+/// with an `end_io` are never in a flush sequence: passthrough requests run by
+/// `blk_execute_rq` (block/blk-exec.c on 5.10, block/blk-mq.c since 5.16: `blk_end_sync_rq`),
+/// i.e. SG_IO, NVMe passthrough, and virtio-blk's 20-byte GET_ID request that every read of
+/// `/sys/block/vdX/serial` sends (drivers/block/virtio_blk.c `virtblk_get_id`); taking their
+/// end for a flush sequence's intermediate one left them in flight and counted them lost
+/// when their struct was reused (5.10, tests/drivers.rs `passthrough_requests_complete`).
 #[inline(always)]
 pub fn in_flush_seq(rq: u64, l: &KernelLayout) -> bool {
     if l.rqf_flush_seq != 0 {
         read::<u32>(rq, l.rq_rq_flags) & l.rqf_flush_seq != 0
     } else {
-        read::<u64>(rq, l.rq_end_io) != 0
+        let op = read::<u32>(rq, l.rq_cmd_flags) & l.op_mask;
+        (op == l.op_write || op == l.op_flush) && read::<u64>(rq, l.rq_end_io) != 0
     }
 }
 

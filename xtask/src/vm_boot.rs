@@ -374,6 +374,8 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
 /// | `blkobs-vblk` | `virtio-blk-pci` | `vda` |
 /// | `blkobs-vtiny` | `virtio-blk-pci`, 16-entry virtqueue, no indirect descriptors, 1 queue (requeues) | `vdb` |
 /// | `blkobs-scsi` | `virtio-scsi-pci` + `scsi-hd` | `sda` |
+/// | `blkobs-leg-nvme` | `nvme`, 2 I/O queues: md raid1's first leg | `nvme3n1` |
+/// | `blkobs-leg-scsi` | `scsi-hd` on the same virtio-scsi bus: md raid1's second leg | `sdb` |
 ///
 /// Names are the usual ones, not promised: tests look the serial up.
 pub(crate) struct GuestDisks {
@@ -382,12 +384,14 @@ pub(crate) struct GuestDisks {
 }
 
 /// (serial, size in MiB) of the image files.
-const GUEST_IMAGES: [(&str, u64); 5] = [
+const GUEST_IMAGES: [(&str, u64); 7] = [
     ("blkobs-nvme", 2048),
     ("blkobs-mp", 2048),
     ("blkobs-vblk", 2048),
     ("blkobs-vtiny", 1024),
     ("blkobs-scsi", 2048),
+    ("blkobs-leg-nvme", 512),
+    ("blkobs-leg-scsi", 512),
 ];
 
 impl GuestDisks {
@@ -451,6 +455,17 @@ impl GuestDisks {
         push(
             "-device",
             "scsi-hd,drive=sc0,bus=scsi0.0,serial=blkobs-scsi".into(),
+        );
+        // The mirror legs of md raid1 on real drivers (observer/tests/md_stacks.rs).
+        push("-drive", drive("lg0", "blkobs-leg-nvme"));
+        push(
+            "-device",
+            "nvme,serial=blkobs-leg-nvme,drive=lg0,max_ioqpairs=2".into(),
+        );
+        push("-drive", drive("lg1", "blkobs-leg-scsi"));
+        push(
+            "-device",
+            "scsi-hd,drive=lg1,bus=scsi0.0,serial=blkobs-leg-scsi".into(),
         );
         Ok(GuestDisks { dir, args })
     }

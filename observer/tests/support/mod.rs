@@ -10,6 +10,7 @@
 //!   and restored.
 //! - `blockdev`: loop devices (plain, partitioned, over a file) and null_blk; udev's device
 //!   node owner and mode (root:disk 0660).
+//! - `cgroup`: cgroup v2 groups to run writers in, their `io.stat`, controllers enabled.
 //! - `mounts`: filesystems made and mounted.
 //! - `metrics`: the exposition parsed into samples.
 //! - `witness`: /proc/diskstats and the ftrace witnesses (`block_io_start`, counts of one
@@ -24,6 +25,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod blockdev;
+mod cgroup;
 mod daemon;
 mod e2e;
 mod fslog_witness;
@@ -39,6 +41,7 @@ mod tls;
 mod witness;
 
 pub use blockdev::*;
+pub use cgroup::*;
 pub use daemon::*;
 pub use e2e::*;
 pub use fslog_witness::*;
