@@ -6,7 +6,7 @@ use aya::{
     maps::{
         Array, HashMap, IterableMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf,
     },
-    Ebpf,
+    Ebpf, Pod,
 };
 use observer_common::maps::{
     self as m, BioQueued, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges,
@@ -83,35 +83,26 @@ impl StatsWriter {
     /// Deletes every entry of disk `dev` from the three maps; returns how many (dev, class)
     /// entries `CLASS_STATS` had. An entry the programs recreate meanwhile stays.
     pub fn forget(&mut self, dev: u32) -> usize {
-        let stats: Vec<ClassKey> = self
-            .class_stats
-            .keys()
-            .flatten()
-            .filter(|k| k.dev == dev)
-            .collect();
-        for k in &stats {
-            let _ = self.class_stats.remove(k);
-        }
-        let errors: Vec<ErrorKey> = self
-            .errors
-            .keys()
-            .flatten()
-            .filter(|k| k.dev == dev)
-            .collect();
-        for k in &errors {
-            let _ = self.errors.remove(k);
-        }
-        let owners: Vec<OwnerKey> = self
-            .owner_stats
-            .keys()
-            .flatten()
-            .filter(|k| k.dev == dev)
-            .collect();
-        for k in &owners {
-            let _ = self.owner_stats.remove(k);
-        }
-        stats.len()
+        let stats = forget_dev(&mut self.class_stats, dev, |k| k.dev);
+        forget_dev(&mut self.errors, dev, |k| k.dev);
+        forget_dev(&mut self.owner_stats, dev, |k| k.dev);
+        stats
     }
+}
+
+/// Deletes the entries of `map` whose key's device (`dev_of`, as `MKDEV`) is `dev`: the keys
+/// are listed first (those that fail to read are passed over), then each is deleted (a failed
+/// delete is ignored). Returns how many keys were listed.
+fn forget_dev<K: Pod, V: Pod>(
+    map: &mut PerCpuHashMap<MapData, K, V>,
+    dev: u32,
+    dev_of: impl Fn(&K) -> u32,
+) -> usize {
+    let keys: Vec<K> = map.keys().flatten().filter(|k| dev_of(k) == dev).collect();
+    for k in &keys {
+        let _ = map.remove(k);
+    }
+    keys.len()
 }
 
 impl KernelMaps {

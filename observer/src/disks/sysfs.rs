@@ -7,7 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use observer_common::maps::{mkdev, nameless_dev_of};
+use observer_common::maps::{dev_major, dev_minor, mkdev, nameless_dev_of};
 
 /// Where the kernel lists every disk with its number, hidden ones included.
 pub const PROC_DISKSTATS: &str = "/proc/diskstats";
@@ -27,30 +27,48 @@ pub struct Partition {
     pub sectors: u64,
 }
 
-/// One entry of `/sys/block`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One entry of `/sys/block`. `GET /devices` shows it as is (with `name` as `device` and `dev`
+/// as `M:m`), beside the disk's slot and filesystems (`http::devices`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct BlockDisk {
     /// Kernel name (`vda`, `md127`, `nvme0c1n1`).
+    #[serde(rename = "device")]
     pub name: String,
-    /// The number its I/O is counted under ([`disk_number`]); `None` if it has none.
+    /// The number its I/O is counted under ([`disk_number`]): its sysfs `dev`; a hidden disk
+    /// (an NVMe multipath path `nvmeXcYnZ`) has none: its /proc/diskstats number, or `0:N`
+    /// from its name where that is 0:0 (5.10). `None` if it has none. Shown as `M:m`, empty
+    /// for `None`.
+    #[serde(serialize_with = "majmin")]
     pub dev: Option<u32>,
-    /// A hidden disk (`hidden` = 1: an NVMe multipath path disk, no /dev node).
-    pub hidden: bool,
     /// Size (sectors of 512 B); 0: no media (a detached loop device, an empty drive).
     pub sectors: u64,
     /// `queue/write_cache`: `write back` or `write through` (empty if absent).
     pub write_cache: String,
-    /// Bio-based: no `mq/` directory (device-mapper, md, zram, an NVMe multipath head).
+    /// Bio-based: no `mq/` directory (device-mapper, md, zram, an NVMe multipath head): its
+    /// bios are tracked from entry to completion, total stage only.
     pub bio_based: bool,
-    /// A device-mapper disk's name (`dm/name`, e.g. `vg0-data`).
+    /// A device-mapper disk's name (`dm/name`, e.g. `vg0-data`); `None` (null) for other
+    /// disks.
     pub dm_name: Option<String>,
-    /// The disks (or partitions) it sits on (`slaves/`, and an NVMe head's `multipath/`),
-    /// sorted.
+    /// The disks (or partitions) it sits on (`slaves/`: md0 → loop0, loop1; dm-0 → md0),
+    /// sorted. An NVMe multipath head lists its path disks here too (`multipath/`,
+    /// drivers/nvme/host/multipath.c: nvme0n1 → nvme0c0n1, nvme0c1n1).
     pub slaves: Vec<String>,
-    /// The disks on top of it (`holders/`), sorted.
+    /// The disks on top of it (`holders/`: loop0 → md0), sorted.
     pub holders: Vec<String>,
+    /// A hidden disk (`hidden` = 1: an NVMe multipath path disk, no /dev node; its I/O is
+    /// counted as its own).
+    pub hidden: bool,
     /// Its partitions, by start sector.
     pub partitions: Vec<Partition>,
+}
+
+/// [`BlockDisk::dev`] as `GET /devices` writes it: `M:m`, or an empty string for `None`.
+fn majmin<S: serde::Serializer>(dev: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+    match dev {
+        Some(n) => s.collect_str(&format_args!("{}:{}", dev_major(*n), dev_minor(*n))),
+        None => s.serialize_str(""),
+    }
 }
 
 /// One scan of the disks.

@@ -20,13 +20,12 @@
 use std::sync::Arc;
 
 use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
-use observer_common::maps::{dev_major, dev_minor};
 use serde::Serialize;
 
 use super::params::NoParams;
 use crate::{
     bpf::devslots::{SlotTable, Tracking},
-    disks::{Inventory, Partition},
+    disks::{BlockDisk, Inventory},
     fslog::{Discovery, LogKind, LogStatus, Range},
     state::AppState,
 };
@@ -49,42 +48,21 @@ pub struct FsRef {
     pub warning: Option<String>,
 }
 
-/// One disk.
+/// One disk: its [`BlockDisk`] fields (`device`, `dev`, `sectors`, `write_cache`, `bio_based`,
+/// `dm_name`, `slaves`, `holders`, `hidden`, `partitions`) flattened in, then its slot and
+/// what the last discovery found on it.
 #[derive(Serialize)]
 pub struct Device {
-    /// Kernel name.
-    pub device: String,
-    /// `M:m`: the number its series are counted under. A hidden disk (an NVMe multipath path
-    /// `nvmeXcYnZ`) has no sysfs `dev`: its /proc/diskstats number, or `0:N` from its name
-    /// where that is 0:0 (5.10; [`crate::disks::disk_number`]).
-    pub dev: String,
-    /// Size (512-byte sectors).
-    pub sectors: u64,
-    /// `queue/write_cache`: `write back` or `write through`.
-    pub write_cache: String,
-    /// Bio-based (device-mapper, md, ...: no `mq/` directory, see
-    /// [`crate::labels::bio_based`]): its bios are tracked from entry to completion, total
-    /// stage only.
-    pub bio_based: bool,
-    /// A device-mapper disk's name (`dm/name`, e.g. `vg0-data`); null for other disks.
-    pub dm_name: Option<String>,
-    /// The disks (or partitions) this one sits on, by kernel name (`slaves/`: md0 → loop0,
-    /// loop1; dm-0 → md0), sorted. An NVMe multipath head lists its path disks here too
-    /// (`multipath/`, drivers/nvme/host/multipath.c: nvme0n1 → nvme0c0n1, nvme0c1n1).
-    pub slaves: Vec<String>,
-    /// The disks that sit on this one (`holders/`: loop0 → md0), sorted.
-    pub holders: Vec<String>,
-    /// A hidden disk (`hidden` = 1: an NVMe multipath path disk, which has no /dev node; its
-    /// I/O is counted as its own).
-    pub hidden: bool,
+    /// The disk as the scan saw it (sizes in 512-byte sectors; `dev` as `M:m`).
+    #[serde(flatten)]
+    pub disk: BlockDisk,
     /// Whether the disk has a per-device slot: `full` (log classification and stall
     /// detection), `pending` (not indexed yet) or `degraded` (more disks than slots).
     pub tracking: Tracking,
-    /// Partitions.
-    pub partitions: Vec<Partition>,
     /// Filesystems with data or log on this disk.
     pub filesystems: Vec<FsRef>,
-    /// Merged log ranges on this disk (what `LOG_RANGES` holds).
+    /// Merged log ranges on this disk (what `LOG_RANGES` holds; 512-byte sectors, `end`
+    /// exclusive).
     pub log_ranges: Vec<Range>,
 }
 
@@ -109,20 +87,9 @@ pub fn body(inv: &Inventory, d: Discovery, slots: &SlotTable) -> DevicesBody {
         }
         devices.push(Device {
             tracking: disk.dev.map_or(Tracking::Pending, |n| slots.tracking(n)),
-            dev: disk.dev.map_or(String::new(), |n| {
-                format!("{}:{}", dev_major(n), dev_minor(n))
-            }),
-            sectors: disk.sectors,
-            write_cache: disk.write_cache.clone(),
-            bio_based: disk.bio_based,
-            dm_name: disk.dm_name.clone(),
-            slaves: disk.slaves.clone(),
-            holders: disk.holders.clone(),
-            hidden: disk.hidden,
-            partitions: disk.partitions.clone(),
             filesystems: filesystems_on(&disk.name, &d),
             log_ranges: d.ranges.get(&disk.name).cloned().unwrap_or_default(),
-            device: disk.name.clone(),
+            disk: disk.clone(),
         });
     }
     DevicesBody {
@@ -179,5 +146,100 @@ pub async fn get_devices(State(st): State<Arc<AppState>>, _: NoParams) -> impl I
             format!("/devices failed: {e}\n"),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use observer_common::maps::mkdev;
+    use serde_json::json;
+
+    use super::*;
+    use crate::disks::Partition;
+
+    /// The JSON of two disks (one with a slot, partitions and a log range; one hidden, without
+    /// a number, slaves and holders) and a disk without media, left out.
+    #[test]
+    fn body_json() {
+        let sda = mkdev(8, 0);
+        let inv = Inventory {
+            disks: vec![
+                BlockDisk {
+                    name: "sda".into(),
+                    dev: Some(sda),
+                    hidden: false,
+                    sectors: 1_433_600,
+                    write_cache: "write back".into(),
+                    bio_based: false,
+                    dm_name: None,
+                    slaves: vec![],
+                    holders: vec!["dm-0".into()],
+                    partitions: vec![Partition {
+                        name: "sda1".into(),
+                        dev: "8:1".into(),
+                        start: 2048,
+                        sectors: 65536,
+                    }],
+                },
+                BlockDisk {
+                    name: "dm-0".into(),
+                    dev: None,
+                    hidden: true,
+                    sectors: 8,
+                    write_cache: "write through".into(),
+                    bio_based: true,
+                    dm_name: Some("vg0-data".into()),
+                    slaves: vec!["sda".into()],
+                    holders: vec![],
+                    partitions: vec![],
+                },
+                BlockDisk {
+                    name: "loop7".into(),
+                    dev: Some(mkdev(7, 7)),
+                    hidden: false,
+                    sectors: 0,
+                    write_cache: String::new(),
+                    bio_based: false,
+                    dm_name: None,
+                    slaves: vec![],
+                    holders: vec![],
+                    partitions: vec![],
+                },
+            ],
+        };
+        let mut d = Discovery::default();
+        d.ranges.insert(
+            "sda".into(),
+            vec![Range {
+                start: 34816,
+                end: 55296,
+                sectors: 20480,
+            }],
+        );
+        d.updated_unix = 1_700_000_000;
+        let mut slots = SlotTable::new(4);
+        slots.update(&BTreeSet::from([sda]));
+        let got = serde_json::to_value(body(&inv, d, &slots)).unwrap();
+        let want = json!({
+            "devices": [
+                {"device": "sda", "dev": "8:0", "sectors": 1433600, "write_cache": "write back",
+                 "bio_based": false, "dm_name": null, "slaves": [], "holders": ["dm-0"],
+                 "hidden": false, "tracking": "full",
+                 "partitions": [{"name": "sda1", "dev": "8:1", "start": 2048, "sectors": 65536}],
+                 "filesystems": [],
+                 "log_ranges": [{"start": 34816, "end": 55296, "sectors": 20480}]},
+                {"device": "dm-0", "dev": "", "sectors": 8, "write_cache": "write through",
+                 "bio_based": true, "dm_name": "vg0-data", "slaves": ["sda"], "holders": [],
+                 "hidden": true, "tracking": "pending", "partitions": [], "filesystems": [],
+                 "log_ranges": []}
+            ],
+            "filesystems": [],
+            "ranges": {"sda": [{"start": 34816, "end": 55296, "sectors": 20480}]},
+            "warnings": [],
+            "updated_unix": 1700000000
+        });
+        assert_eq!(got, want);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::records::{InflightRequest, StallReport};
+use super::records::{InflightRequest, StallReport, Submitter};
 
 fn secs(v: f64) -> String {
     if v >= 1.0 {
@@ -77,9 +77,9 @@ fn stuck_row(o: &mut String, s: &InflightRequest, depth: usize) {
     } else {
         format!("{}└ {}", " ".repeat(2 * (depth - 1)), s.device)
     };
-    let _ = writeln!(
+    let _ = write!(
         o,
-        "{:<10} {:<7} {:>10} {:>10} {:<6} {:>12} {:>8} {:>3} {:>7} {:<16} {:<24} {}",
+        "{:<10} {:<7} {:>10} {:>10} {:<6} {:>12} {:>8} ",
         device,
         s.stage,
         secs(s.age_seconds),
@@ -87,15 +87,25 @@ fn stuck_row(o: &mut String, s: &InflightRequest, depth: usize) {
         s.class.rwbs,
         s.sector,
         s.bytes,
-        s.requeues,
-        s.submitter.pid,
-        s.submitter.comm,
-        s.submitter.cgroup.as_deref().unwrap_or("-"),
-        s.owner_cgroup.as_deref().unwrap_or("-")
     );
+    who_cols(o, s.requeues, &s.submitter, s.owner_cgroup.as_deref());
     for h in &s.held_by {
         stuck_row(o, h, depth + 1);
     }
+}
+
+/// The columns a stuck and a slow row end with (`RQ PID COMM CGROUP OWNER`): requeues, who
+/// submitted the request and the cgroup that owns it (`-` where unknown); ends the line.
+fn who_cols(o: &mut String, requeues: u8, s: &Submitter, owner_cgroup: Option<&str>) {
+    let _ = writeln!(
+        o,
+        "{:>3} {:>7} {:<16} {:<24} {}",
+        requeues,
+        s.pid,
+        s.comm,
+        s.cgroup.as_deref().unwrap_or("-"),
+        owner_cgroup.unwrap_or("-")
+    );
 }
 
 fn episodes_table(o: &mut String, r: &StallReport) {
@@ -152,9 +162,9 @@ fn slow_table(o: &mut String, r: &StallReport) {
         "CGROUP"
     );
     for s in &r.slow {
-        let _ = writeln!(
+        let _ = write!(
             o,
-            "{:<13} {:<10} {:<6} {:>10} {:>10} {:>10} {:>12} {:>8} {:>3} {:>3} {:>7} {:<16} {:<24} {}",
+            "{:<13} {:<10} {:<6} {:>10} {:>10} {:>10} {:>12} {:>8} {:>3} ",
             hhmmss(&s.time),
             s.device,
             s.class.rwbs,
@@ -164,11 +174,113 @@ fn slow_table(o: &mut String, r: &StallReport) {
             s.sector,
             s.bytes,
             s.merges,
-            s.requeues,
-            s.submitter.pid,
-            s.submitter.comm,
-            s.submitter.cgroup.as_deref().unwrap_or("-"),
-            s.owner_cgroup.as_deref().unwrap_or("-")
         );
+        who_cols(o, s.requeues, &s.submitter, s.owner_cgroup.as_deref());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        labels::ClassInfo,
+        stalls::records::{Episode, SlowRequest},
+    };
+
+    fn submitter(pid: u32, comm: &str, cgroup: Option<&str>) -> Submitter {
+        Submitter {
+            pid,
+            comm: comm.into(),
+            cgroup_id: 0,
+            cgroup: cgroup.map(Into::into),
+        }
+    }
+
+    fn inflight(device: &str, stage: &'static str, owner: Option<&str>) -> InflightRequest {
+        InflightRequest {
+            device: device.into(),
+            class: ClassInfo {
+                op: "write",
+                flags: vec![],
+                rwbs: "WS".into(),
+            },
+            stage,
+            age_seconds: 2.5,
+            stage_seconds: 0.0125,
+            since: "2026-12-02T11:00:00.000000Z".into(),
+            sector: 34816,
+            bytes: 4096,
+            requeues: 1,
+            submitter: submitter(42, "fio", Some("/system.slice/fio.service")),
+            owner_cgroup_id: 0,
+            owner_cgroup: owner.map(Into::into),
+            upper: None,
+            held_by: vec![],
+        }
+    }
+
+    /// Every section with its rows, byte for byte.
+    #[test]
+    fn table() {
+        let mut stuck = inflight("md0", "total", Some("/user.slice"));
+        let mut leg = inflight("loop0", "device", None);
+        leg.held_by = vec![inflight("loop9", "queue", None)];
+        stuck.held_by = vec![leg];
+        let r = StallReport {
+            now: "2026-12-02T11:00:02.500000Z".into(),
+            stuck: vec![stuck],
+            episodes: vec![Episode {
+                device: "loop0".into(),
+                kind: "device",
+                start: "2026-12-02T11:00:00.250000Z".into(),
+                end: None,
+                duration_seconds: 2.25,
+                ongoing: true,
+                waiting: 3,
+                classes: [("WS".to_string(), 3)].into(),
+            }],
+            slow: vec![SlowRequest {
+                time: "2026-12-02T10:59:59.125000Z".into(),
+                device: "loop1".into(),
+                class: ClassInfo {
+                    op: "read",
+                    flags: vec![],
+                    rwbs: "R".into(),
+                },
+                sector: 8,
+                bytes: 65536,
+                queue_seconds: None,
+                device_seconds: Some(0.75),
+                total_seconds: 1.5,
+                merges: 15,
+                requeues: 0,
+                status: "ok".into(),
+                submitter: submitter(0, "kworker/0:1", None),
+                owner_cgroup_id: 7,
+                owner_cgroup: Some("/app".into()),
+            }],
+            dm_names: [("dm-0".to_string(), "vg0-data".to_string())].into(),
+        };
+        let want = concat!(
+            "blkobs stalls at 2026-12-02T11:00:02.500000Z\n",
+            "\n",
+            "STUCK NOW: 1 request(s) in flight over threshold (oldest first)\n",
+            "DEVICE     STAGE          AGE   IN STAGE RWBS         SECTOR    BYTES  RQ     PID COMM             CGROUP                   OWNER\n",
+            "md0        total       2.500s   12.500ms WS            34816     4096   1      42 fio              /system.slice/fio.service /user.slice\n",
+            "└ loop0    device      2.500s   12.500ms WS            34816     4096   1      42 fio              /system.slice/fio.service -\n",
+            "  └ loop9  queue       2.500s   12.500ms WS            34816     4096   1      42 fio              /system.slice/fio.service -\n",
+            "\n",
+            "STALL EPISODES: 1 (device = no completion while requests at device; dispatch = none dispatched while queued)\n",
+            "DEVICE     KIND      START           DURATION  WAITING STATE    CLASSES\n",
+            "loop0      device    11:00:00.250      2.250s        3 ONGOING  WSx3\n",
+            "\n",
+            "SLOW REQUESTS: 1 (newest first)\n",
+            "TIME          DEVICE     RWBS        QUEUE     DEVICE      TOTAL       SECTOR    BYTES MRG  RQ     PID COMM             CGROUP                   OWNER\n",
+            "10:59:59.125  loop1      R               -  750.000ms     1.500s            8    65536  15   0       0 kworker/0:1      -                        /app\n",
+            "\n",
+            "DEVICE-MAPPER NAMES (stage total: bio-based, no queue/device split)\n",
+            "dm-0       vg0-data\n",
+        );
+        assert_eq!(render_text(&r), want);
     }
 }
