@@ -113,38 +113,6 @@ impl Drop for DevCgroup {
     }
 }
 
-/// A cgroup v2 group (on a hybrid host under the unified mount); removed on drop.
-struct V2Cgroup {
-    dir: PathBuf,
-    rel: String,
-}
-
-impl V2Cgroup {
-    fn new() -> V2Cgroup {
-        let root = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-            PathBuf::from("/sys/fs/cgroup")
-        } else {
-            PathBuf::from("/sys/fs/cgroup/unified")
-        };
-        let name = unique("blkobs-submitter");
-        let dir = root.join(&name);
-        std::fs::create_dir(&dir).unwrap();
-        V2Cgroup {
-            dir,
-            rel: format!("/{name}"),
-        }
-    }
-}
-
-impl Drop for V2Cgroup {
-    fn drop(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
 /// A directory (0755) removed on drop, holding a copy of the daemon any user can run.
 struct Dir(TempDir);
 
@@ -444,30 +412,23 @@ fn check_submitter_cgroup(d: &Daemon, dir: &Path, what: &str) {
 
 /// As [`check_submitter_cgroup`]; `named`: whether the path must be resolved (else `null`).
 fn check_submitter_cgroup_is(d: &Daemon, dir: &Path, what: &str, named: bool) {
-    let cg = V2Cgroup::new();
+    let cg = Group::new("blkobs-submitter");
     let dd = std::env::temp_dir()
         .join(unique("dd"))
         .join("blkobs-cgwriter");
     std::fs::create_dir_all(dd.parent().unwrap()).unwrap();
     std::fs::copy("/usr/bin/dd", &dd).unwrap();
-    run_ok(
-        Command::new("sh")
-            .args([
-                "-c",
-                "echo $$ > \"$1/cgroup.procs\" && shift && exec \"$@\"",
-                "sh",
-            ])
-            .arg(&cg.dir)
-            .arg(&dd)
-            .args([
-                "if=/dev/zero",
-                &format!("of={}", dir.join("cgwriter").display()),
-                "bs=4k",
-                "count=8",
-                "oflag=direct",
-                "conv=fsync",
-                "status=none",
-            ]),
+    cg.run(
+        &dd,
+        &[
+            "if=/dev/zero",
+            &format!("of={}", dir.join("cgwriter").display()),
+            "bs=4k",
+            "count=8",
+            "oflag=direct",
+            "conv=fsync",
+            "status=none",
+        ],
     );
     let _ = std::fs::remove_dir_all(dd.parent().unwrap());
     let deadline = Instant::now() + Duration::from_secs(10);
