@@ -3,15 +3,20 @@
 //!
 //! Everything that both sides must agree on lives here exactly once: the map layouts
 //! ([`maps`]), the kernel struct layout handed to the programs ([`layout`]), the I/O class
-//! encoding ([`class`]), the histogram bucket math ([`hist`]) and the merge analysis
-//! ([`merges`]: size and merged-bios buckets, the missed-merge rule).
+//! encoding ([`class`]), the histogram bucket math ([`hist`]) and what a request looked like at
+//! its first dispatch ([`dispatch`]: size and merged-bios buckets, the missed-merge rule).
 #![cfg_attr(not(test), no_std)]
 
 pub mod class;
+pub mod dispatch;
 pub mod hist;
 pub mod layout;
 pub mod maps;
-pub mod merges;
+
+/// The eBPF crate's name for [`dispatch`] (`observer-ebpf` imports `observer_common::merges`);
+/// goes when its imports say `dispatch`.
+#[doc(hidden)]
+pub use dispatch as merges;
 
 /// Stages of a request's life, named after btt's.
 ///

@@ -8,7 +8,7 @@
 //! 1. [`daemon`], [`client`]
 //! 2. [`http`]
 //! 3. [`state`]
-//! 4. [`stalls`], [`merges`], [`exposition`]
+//! 4. [`stalls`], [`merge_report`], [`exposition`]
 //! 5. [`collect`]
 //! 6. [`bpf`]
 //! 7. [`disks`], [`fslog`], [`config`], [`labels`], [`time`]
@@ -30,7 +30,7 @@ pub mod exposition;
 pub mod fslog;
 pub mod http;
 pub mod labels;
-pub mod merges;
+pub mod merge_report;
 pub mod stalls;
 pub mod state;
 pub mod time;

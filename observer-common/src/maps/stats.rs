@@ -4,7 +4,7 @@
 #[cfg(doc)]
 use super::*; // the items of the sibling files that the docs link to
 
-use crate::{hist::NBUCKETS, merges::DispatchHist, Stage};
+use crate::{dispatch::DispatchHist, hist::NBUCKETS, Stage};
 
 /// Key of `CLASS_STATS`.
 #[repr(C)]
@@ -102,7 +102,7 @@ pub struct Settings {
     /// (or dispatching) while it has requests outstanding (or queued).
     pub stall_ns: u64,
     /// Missed adjacent merges: the most time (ns) between two dispatches on a device for the
-    /// second to count as one ([`crate::merges::is_missed_merge`]); 0 disables the check.
+    /// second to count as one ([`crate::dispatch::is_missed_merge`]); 0 disables the check.
     pub merge_window_ns: u64,
     /// 1: completed requests are also counted per owner cgroup in `OWNER_STATS`
     /// (`[metrics] cgroup_label`); 0: not (no map access at completion).

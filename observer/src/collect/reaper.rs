@@ -19,7 +19,7 @@ use std::{
     sync::Mutex,
 };
 
-use observer_common::{maps::ClassKey, merges::DispatchHist};
+use observer_common::{dispatch::DispatchHist, maps::ClassKey};
 
 use crate::{
     bpf::{

@@ -5,9 +5,9 @@ use std::collections::{btree_map::Entry, BTreeMap};
 
 use observer_common::{
     class::Class,
+    dispatch::DispatchHist,
     hist::NBUCKETS,
     maps::{ClassStats, Counter},
-    merges::DispatchHist,
     Stage,
 };
 
@@ -65,7 +65,7 @@ pub struct ClassTotals {
     /// Final completions of requests never seen entering: not in `requests`, no latency.
     pub untracked: u64,
     /// Size, merged bios and missed merges at first dispatch (see
-    /// [`observer_common::merges`]).
+    /// [`observer_common::dispatch`]).
     pub dispatch: DispatchHist,
 }
 

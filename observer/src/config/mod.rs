@@ -192,7 +192,7 @@ pub struct Histogram {
     pub buckets: Vec<f64>,
 }
 
-/// `[merges]`: the missed-adjacent-merge rule (observer_common::merges::is_missed_merge).
+/// `[merges]`: the missed-adjacent-merge rule (observer_common::dispatch::is_missed_merge).
 /// Reloadable (SIGHUP): written to the kernel's `SETTINGS` map with the `[stalls]` thresholds.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]

@@ -10,9 +10,9 @@
 //! | `blkobs_bytes_total` | counter | device, op, flags |
 //! | `blkobs_merges_total` | counter | device, op, flags |
 //! | `blkobs_requeues_total` | counter | device, op, flags |
-//! | `blkobs_request_size_bytes` | histogram (`merges.rs`), bytes at first dispatch | device, op, flags |
-//! | `blkobs_request_merged_bios` | histogram (`merges.rs`), bios merged per request | device, op, flags |
-//! | `blkobs_missed_merges_total` | counter (`merges.rs`) | device, op, flags |
+//! | `blkobs_request_size_bytes` | histogram (`dispatch.rs`), bytes at first dispatch | device, op, flags |
+//! | `blkobs_request_merged_bios` | histogram (`dispatch.rs`), bios merged per request | device, op, flags |
+//! | `blkobs_missed_merges_total` | counter (`dispatch.rs`) | device, op, flags |
 //! | `blkobs_lost_completions_total` | counter | device, op, flags |
 //! | `blkobs_untracked_completions_total` | counter | device, op, flags |
 //! | `blkobs_slow_requests_total` | counter | device, op, flags |
@@ -38,9 +38,9 @@
 pub mod bpfcost;
 mod buckets;
 mod desc;
+pub mod dispatch;
 pub mod fslog;
 mod inflight;
-pub mod merges;
 mod process;
 mod requests;
 pub mod selfmon;
@@ -71,7 +71,7 @@ pub fn render(
 ) {
     requests::latency(w, s, buckets);
     requests::counters(w, s);
-    merges::families(w, s);
+    dispatch::families(w, s);
     requests::errors(w, s);
     inflight::families(w, s);
     stalls::families(w, s, history, filter);

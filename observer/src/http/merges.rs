@@ -1,6 +1,6 @@
-//! `GET /merges`: merge analysis per device and class, and the recent missed adjacent merges
-//! (parameters `device`, `since`, `limit`, `format`). Text unless JSON is asked for
-//! (`format=json` or `Accept`), as `/stalls`.
+//! `GET /merges`: the merge report ([`crate::merge_report`]) per device and class, and the recent
+//! missed adjacent merges (parameters `device`, `since`, `limit`, `format`). Text unless JSON is
+//! asked for (`format=json` or `Accept`), as `/stalls`.
 
 use std::sync::Arc;
 
@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     collect::snapshot::Snapshot,
-    merges::{self, MergeFilter},
+    merge_report::{self, MergeFilter},
     state::AppState,
     time::Clock,
 };
@@ -45,14 +45,14 @@ pub async fn get_merges(
             (rt.filter.clone(), rt.settings.merge_window_ns)
         };
         let snap = Snapshot::read(&st.maps, &st.reaped, &filter);
-        let (pairs, recorded) = merges::read_pairs(&st.maps);
+        let (pairs, recorded) = merge_report::read_pairs(&st.maps);
         let query = MergeFilter {
             device: p.device,
             since_ns: p.since_ns,
             limit: p.limit.unwrap_or(50),
         };
-        merges::report(&snap, &pairs, recorded, &filter, &query, window_ns, &clock)
+        merge_report::report(&snap, &pairs, recorded, &filter, &query, window_ns, &clock)
     })
     .await;
-    text_or_json(json, report, merges::render_text)
+    text_or_json(json, report, merge_report::render_text)
 }

@@ -1,10 +1,11 @@
-//! Merge analysis per (device, class), from what requests looked like at their first dispatch
-//! (observer_common::merges). Declares `blkobs_request_size_bytes`,
-//! `blkobs_request_merged_bios` and `blkobs_missed_merges_total`.
+//! Metrics of what requests looked like at their first dispatch, per (device, class)
+//! (observer_common::dispatch): their size, the bios merged into them and the missed adjacent
+//! merges. Declares `blkobs_request_size_bytes`, `blkobs_request_merged_bios` and
+//! `blkobs_missed_merges_total`.
 
 use std::sync::OnceLock;
 
-use observer_common::merges::{
+use observer_common::dispatch::{
     merged_upper, size_upper_bytes, DispatchHist, MERGED_BUCKETS, SIZE_BUCKETS,
 };
 use prometheus::proto::MetricType;

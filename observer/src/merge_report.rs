@@ -1,8 +1,8 @@
-//! Merge analysis: the domain behind `GET /merges`. Per device and class, what requests looked
-//! like at their first dispatch (from the same [`Snapshot`] as `/metrics`), and the recent
-//! **missed adjacent merges**: pairs of requests dispatched one right after the other on a
-//! device, the second starting at the sector where the first ended, with the same op, within
-//! the `[merges] window` (observer_common::merges::is_missed_merge).
+//! The merge report: the domain behind `GET /merges` (served by `http::merges`). Per device and
+//! class, what requests looked like at their first dispatch (from the same [`Snapshot`] as
+//! `/metrics`), and the recent **missed adjacent merges**: pairs of requests dispatched one right
+//! after the other on a device, the second starting at the sector where the first ended, with
+//! the same op, within the `[merges] window` (observer_common::dispatch::is_missed_merge).
 //!
 //! The pairs come from the programs' per-CPU rings (`MERGE_PAIRS`, the latest
 //! [`MERGE_PAIRS_PER_CPU`] per CPU), read at query time: older pairs are overwritten by newer
