@@ -417,10 +417,10 @@ pub fn attach_id_index(typedefs: &[(&str, u32)]) -> Result<aya::Btf, aya::BtfErr
     let mut strings = vec![0u8];
     let mut types = vec![[0, KIND_PTR << 24, 0]; last as usize];
     for &(tp, id) in typedefs {
-        let Some(slot) = (id as usize).checked_sub(1).and_then(|i| types.get_mut(i)) else {
+        let Some(entry) = (id as usize).checked_sub(1).and_then(|i| types.get_mut(i)) else {
             continue;
         };
-        *slot = [strings.len() as u32, KIND_TYPEDEF << 24, 0];
+        *entry = [strings.len() as u32, KIND_TYPEDEF << 24, 0];
         strings.extend_from_slice(format!("btf_trace_{tp}").as_bytes());
         strings.push(0);
     }

@@ -49,9 +49,9 @@ pub enum Tracking {
     Degraded,
 }
 
-/// What one [`SlotTable::update`] changed, as (disk as `mkdev`, slot) pairs.
+/// What one [`DevSlotTable::update`] changed, as (disk as `mkdev`, slot) pairs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SlotChanges {
+pub struct DevSlotChanges {
     /// Slots of disks that went away, to clear.
     pub freed: Vec<(u32, u32)>,
     /// Slots given to disks, to publish.
@@ -60,7 +60,7 @@ pub struct SlotChanges {
 
 /// The slot assignment (no maps): disk → slot, one disk per slot, slots `1..=limit`.
 #[derive(Clone, Debug)]
-pub struct SlotTable {
+pub struct DevSlotTable {
     by_dev: BTreeMap<u32, u32>,
     /// Free slots, the longest free first.
     free: VecDeque<u32>,
@@ -68,10 +68,10 @@ pub struct SlotTable {
     limit: u32,
 }
 
-impl SlotTable {
+impl DevSlotTable {
     /// An empty table of `limit` slots (1 to `limit`; slot 0 is `NO_SLOT`).
-    pub fn new(limit: u32) -> SlotTable {
-        SlotTable {
+    pub fn new(limit: u32) -> DevSlotTable {
+        DevSlotTable {
             by_dev: BTreeMap::new(),
             free: (1..=limit).collect(),
             degraded: BTreeSet::new(),
@@ -82,9 +82,9 @@ impl SlotTable {
     /// Makes the table hold exactly the disks in `present` (as `mkdev`): frees the slots of
     /// disks that are gone, then gives free slots to present disks without one, lowest device
     /// number first. Disks with a slot keep it. Present disks left without a slot (no free
-    /// slot) are [`SlotTable::degraded`].
-    pub fn update(&mut self, present: &BTreeSet<u32>) -> SlotChanges {
-        let mut changes = SlotChanges::default();
+    /// slot) are [`DevSlotTable::degraded`].
+    pub fn update(&mut self, present: &BTreeSet<u32>) -> DevSlotChanges {
+        let mut changes = DevSlotChanges::default();
         let gone: Vec<u32> = self
             .by_dev
             .keys()
@@ -125,7 +125,7 @@ impl SlotTable {
     }
 
     /// The slot of `dev`, if it has one.
-    pub fn slot(&self, dev: u32) -> Option<u32> {
+    pub fn dev_slot(&self, dev: u32) -> Option<u32> {
         self.by_dev.get(&dev).copied()
     }
 
@@ -163,7 +163,7 @@ fn name(dev: u32) -> String {
 /// The slot table with the maps it is published in: `DEV_INDEX`, and the per-slot `DEVSTATE`
 /// and `LOG_RANGES` entries. The only writer of those three maps.
 pub struct DevSlots {
-    table: SlotTable,
+    table: DevSlotTable,
     index: HashMap<MapData, u32, u32>,
     devstate: Array<MapData, DevState>,
     log_ranges: Array<MapData, LogRanges>,
@@ -182,7 +182,7 @@ impl DevSlots {
         log_ranges: Array<MapData, LogRanges>,
     ) -> DevSlots {
         DevSlots {
-            table: SlotTable::new(DEV_SLOT_LIMIT),
+            table: DevSlotTable::new(DEV_SLOT_LIMIT),
             index,
             devstate,
             log_ranges,
@@ -266,7 +266,7 @@ impl DevSlots {
                 }
             }
         }
-        for dev in want.keys().filter(|d| self.table.slot(**d).is_none()) {
+        for dev in want.keys().filter(|d| self.table.dev_slot(**d).is_none()) {
             warn!(disk = %name(*dev), "disk with a filesystem log has no per-device slot (degraded): its log writes are not classified");
         }
     }
@@ -281,12 +281,12 @@ impl DevSlots {
 
     /// The disk's `DEVSTATE` entry, if it has a slot.
     pub fn devstate_of(&self, dev: u32) -> Option<DevState> {
-        let slot = self.table.slot(dev)?;
+        let slot = self.table.dev_slot(dev)?;
         self.devstate.get(&slot, 0).ok().filter(|d| d.dev == dev)
     }
 
     /// The slot assignment.
-    pub fn table(&self) -> &SlotTable {
+    pub fn table(&self) -> &DevSlotTable {
         &self.table
     }
 }
@@ -310,14 +310,14 @@ mod tests {
     fn colliding_disks_get_distinct_slots() {
         let (a, b) = (mkdev(7, 4), mkdev(7, 614));
         assert_eq!(old_hash(a), old_hash(b), "the pair of the issue collides");
-        let mut t = SlotTable::new(DEV_SLOT_LIMIT);
+        let mut t = DevSlotTable::new(DEV_SLOT_LIMIT);
         let c = t.update(&set(&[a, b]));
         assert_eq!(c.given.len(), 2);
-        assert_ne!(t.slot(a), t.slot(b));
-        assert!(t.slot(a).is_some() && t.slot(b).is_some());
+        assert_ne!(t.dev_slot(a), t.dev_slot(b));
+        assert!(t.dev_slot(a).is_some() && t.dev_slot(b).is_some());
         assert_eq!(t.tracking(b), Tracking::Full);
         // Every one of DEV_SLOT_LIMIT disks whose old hashes all collide in a few slots.
-        let mut t = SlotTable::new(DEV_SLOT_LIMIT);
+        let mut t = DevSlotTable::new(DEV_SLOT_LIMIT);
         let devs: BTreeSet<u32> = (0..1 << 20)
             .map(|m| mkdev(7, m))
             .filter(|d| old_hash(*d) < 4)
@@ -333,7 +333,7 @@ mod tests {
 
     #[test]
     fn limit_reached_then_degraded_then_slot_freed() {
-        let mut t = SlotTable::new(3);
+        let mut t = DevSlotTable::new(3);
         let c = t.update(&set(&[10, 20, 30, 40, 50]));
         assert_eq!(c.given, vec![(10, 1), (20, 2), (30, 3)]);
         assert_eq!(t.degraded(), &set(&[40, 50]));
@@ -342,7 +342,7 @@ mod tests {
         // Stable: nothing changes while the same disks are there.
         assert_eq!(
             t.update(&set(&[10, 20, 30, 40, 50])),
-            SlotChanges::default()
+            DevSlotChanges::default()
         );
         assert_eq!(t.degraded(), &set(&[40, 50]));
         // A disk goes: its slot goes to the lowest degraded disk; the others keep theirs.
@@ -350,7 +350,7 @@ mod tests {
         assert_eq!(c.freed, vec![(20, 2)]);
         assert_eq!(c.given, vec![(40, 2)]);
         assert_eq!(
-            (t.slot(10), t.slot(30), t.slot(40)),
+            (t.dev_slot(10), t.dev_slot(30), t.dev_slot(40)),
             (Some(1), Some(3), Some(2))
         );
         assert_eq!(t.degraded(), &set(&[50]));
@@ -363,9 +363,9 @@ mod tests {
 
     #[test]
     fn freed_slots_are_reused_last() {
-        let mut t = SlotTable::new(4);
+        let mut t = DevSlotTable::new(4);
         t.update(&set(&[1, 2]));
-        assert_eq!((t.slot(1), t.slot(2)), (Some(1), Some(2)));
+        assert_eq!((t.dev_slot(1), t.dev_slot(2)), (Some(1), Some(2)));
         t.update(&set(&[2]));
         let c = t.update(&set(&[2, 3]));
         assert_eq!(
@@ -376,7 +376,7 @@ mod tests {
         t.revoke(3);
         assert_eq!(t.tracking(3), Tracking::Degraded);
         t.update(&set(&[2, 3]));
-        assert_eq!(t.slot(3), Some(4));
+        assert_eq!(t.dev_slot(3), Some(4));
     }
 
     #[test]

@@ -154,18 +154,18 @@ fn object_loader<'a>() -> EbpfLoader<'a> {
 /// then attaches them in the order given, one right after the other: verification takes tens
 /// of ms per program, and requests that enter before the entry point is attached complete
 /// untracked (measured on a loop device at ~85k IOPS: 6,119 untracked when each program was
-/// verified just before its attach). `slot` keeps this attempt's layout for as long as the
+/// verified just before its attach). `cell` keeps this attempt's layout for as long as the
 /// loader borrows it (aya's `override_global`).
 fn load_and_attach<'a>(
     loader: &mut EbpfLoader<'a>,
-    slot: &'a OnceCell<KernelLayout>,
+    cell: &'a OnceCell<KernelLayout>,
     mode: Mode,
     layout: &KernelLayout,
     btf: &Btf,
     capacity: (u32, u32),
     plan: &[Step],
 ) -> Result<Ebpf, ProbeError> {
-    let layout = slot.get_or_init(|| KernelLayout {
+    let layout = cell.get_or_init(|| KernelLayout {
         direct_loads: u32::from(mode == Mode::Btf),
         loaded_ns: monotonic_ns(),
         ..*layout
@@ -260,24 +260,24 @@ fn plan(kbtf: &KernelBtf, layout: &KernelLayout) -> Result<(Tracepoint, Vec<Step
 
 /// Loads as `tp_btf` and, if any program is refused there, everything again as `raw_tp`
 /// (`OBSERVER_ATTACH=raw_tp` forces that). Returns the object and the mode that worked.
-/// `slots` keep each attempt's layout for as long as the loader borrows it.
+/// `cells` keep each attempt's layout for as long as the loader borrows it.
 fn load_either_mode<'a>(
     loader: &mut EbpfLoader<'a>,
-    slots: &'a [OnceCell<KernelLayout>; 2],
+    cells: &'a [OnceCell<KernelLayout>; 2],
     layout: &KernelLayout,
     btf: &Btf,
     capacity: (u32, u32),
     steps: &[Step],
 ) -> Result<(Ebpf, Mode), ProbeError> {
-    let mut attempt = |mode, slot| {
-        load_and_attach(loader, slot, mode, layout, btf, capacity, steps).map(|e| (e, mode))
+    let mut attempt = |mode, cell| {
+        load_and_attach(loader, cell, mode, layout, btf, capacity, steps).map(|e| (e, mode))
     };
     if std::env::var("OBSERVER_ATTACH").as_deref() == Ok("raw_tp") {
-        return attempt(Mode::Raw, &slots[1]);
+        return attempt(Mode::Raw, &cells[1]);
     }
-    attempt(Mode::Btf, &slots[0]).or_else(|e| {
+    attempt(Mode::Btf, &cells[0]).or_else(|e| {
         warn!(error = %format!("{e:#}"), "tp_btf programs refused; loading everything again as raw_tp");
-        attempt(Mode::Raw, &slots[1])
+        attempt(Mode::Raw, &cells[1])
     })
 }
 
@@ -293,15 +293,15 @@ pub fn attach(
 ) -> Result<(Probes, KernelMaps), ProbeError> {
     check_privileges()?;
     // Values the loader borrows (aya's `override_global`): declared before it, so they outlive it.
-    let layout_slots: [OnceCell<KernelLayout>; 2] = Default::default();
+    let layout_cells: [OnceCell<KernelLayout>; 2] = Default::default();
     let probe_layout = OnceCell::new();
-    let owner_slot = OnceCell::new();
+    let owner_cell = OnceCell::new();
     let mut loader = object_loader();
     let kbtf = KernelBtf::from_file(VMLINUX_BTF)?;
     let layout = kbtf.kernel_layout()?;
     loader.override_global(
         "OWNER_LAYOUT",
-        owner_slot.get_or_init(|| kbtf.owner_layout()),
+        owner_cell.get_or_init(|| kbtf.owner_layout()),
         true,
     );
     let stats_entries = class_stats_entries(stats_memory_mib);
@@ -316,7 +316,7 @@ pub fn attach(
         .map_err(|e| load_err("indexing kernel BTF for tp_btf")(e.into()))?;
     let (mut ebpf, mode) = load_either_mode(
         &mut loader,
-        &layout_slots,
+        &layout_cells,
         &layout,
         &btf,
         (inflight_entries, stats_entries),

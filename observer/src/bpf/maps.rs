@@ -207,7 +207,7 @@ impl KernelMaps {
         })
     }
 
-    /// The device's state from its `DEVSTATE` slot, if it has one.
+    /// The device's `DEVSTATE` entry, if it has a per-device slot.
     pub fn devstate_of(&self, dev: u32) -> Option<DevState> {
         self.dev_slots
             .lock()

@@ -3,6 +3,12 @@
 //! ([`maps`]), the per-device slots ([`devslots`]), batched reads of the largest map
 //! ([`batch`]), the reaper's request-state probe ([`reqstate`]), what the programs cost
 //! ([`progstats`]) and what they log on their rare paths ([`kernel_log`]).
+//!
+//! Two kinds of slot, named apart in this crate: a **slot** is an entry of a direct-mapped
+//! slot array (`INFLIGHT_SLOTS`, `BIO_SLOTS`: observer_common::maps::Slot, read through
+//! [`batch::SlotView`]); a disk's **per-device slot** (dev slot) is its index into the
+//! per-device arrays (`DEV_INDEX` → `DEVSTATE`, `LOG_RANGES`), given by [`devslots`] (the
+//! shared layout keeps it in `Inflight::slot`).
 
 pub mod batch;
 pub mod btf;

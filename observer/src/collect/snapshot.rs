@@ -163,8 +163,8 @@ pub struct SelfCounters {
 
 /// The per-device slots (see [`crate::bpf::devslots`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SlotCounts {
-    /// Disks with a slot (entries in `DEV_INDEX`).
+pub struct DevSlotCounts {
+    /// Disks with a per-device slot (entries in `DEV_INDEX`).
     pub used: u64,
     /// Disks that can have one ([`observer_common::maps::DEV_SLOT_LIMIT`]).
     pub capacity: u32,
@@ -191,7 +191,7 @@ pub struct Snapshot {
     /// Entries in CLASS_STATS / its capacity.
     pub class_stats_entries: (u64, u32),
     /// Per-device slots in use, capacity, and degraded disks.
-    pub slots: SlotCounts,
+    pub dev_slots: DevSlotCounts,
     /// Device-mapper disks among `inflight`'s: device → (dm name, dm uuid)
     /// ([`crate::labels::device_mapper_name`]).
     pub device_mapper: BTreeMap<String, (String, String)>,
@@ -217,7 +217,7 @@ impl Snapshot {
         s.counters = SelfCounters::read(maps);
         s.inflight_entries = (n_inflight, maps.inflight_capacity);
         s.class_stats_entries = (n_stats, maps.class_stats_capacity);
-        s.slots = SlotCounts::read(maps);
+        s.dev_slots = DevSlotCounts::read(maps);
         for (dev, c) in &s.inflight {
             if c.bio_based {
                 if let Some(dm) = device_mapper_name(dev) {
@@ -357,7 +357,7 @@ impl Snapshot {
 }
 
 impl SelfCounters {
-    /// Reads `COUNTERS`, summed over CPUs; an unreadable slot reads 0.
+    /// Reads `COUNTERS`, summed over CPUs; an unreadable counter reads 0.
     fn read(maps: &KernelMaps) -> SelfCounters {
         let counter = |c: Counter| {
             maps.counters
@@ -379,11 +379,11 @@ impl SelfCounters {
     }
 }
 
-impl SlotCounts {
-    fn read(maps: &KernelMaps) -> SlotCounts {
+impl DevSlotCounts {
+    fn read(maps: &KernelMaps) -> DevSlotCounts {
         let slots = maps.dev_slots.lock().expect("dev slots lock");
         let t = slots.table();
-        SlotCounts {
+        DevSlotCounts {
             used: t.assigned().len() as u64,
             capacity: t.limit(),
             degraded: t.degraded().len() as u64,

@@ -65,8 +65,8 @@ where
         cfg.maps.stats_memory_mib,
         cfg.kernel_settings(),
     )?;
-    // Give every disk its slot before anything else: requests entering a disk without one
-    // lack log classification and stall detection (bpf/devslots.rs).
+    // Give every disk its per-device slot before anything else: requests entering a disk
+    // without one lack log classification and stall detection (bpf/devslots.rs).
     maps.dev_slots
         .lock()
         .expect("dev slots lock")

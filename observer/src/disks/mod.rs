@@ -2,9 +2,9 @@
 //! /proc/diskstats for hidden disks) per tick of the daemon ([`crate::daemon`], every second),
 //! read by every consumer of that tick: the per-device slots (`bpf::devslots`), the disks
 //! gone for `forget_after` (`collect::gone`) and the names `device=` accepts
-//! ([`KnownDisks`]); the slots also take a scan of their own when a mount changes the log
-//! ranges (a disk made for the mount gets its slot at once), and `GET /devices` shows a scan
-//! made when asked.
+//! ([`KnownDisks`]); the per-device slots also take a scan of their own when a mount changes
+//! the log ranges (a disk made for the mount gets its per-device slot at once), and
+//! `GET /devices` shows a scan made when asked.
 
 mod known;
 mod sysfs;

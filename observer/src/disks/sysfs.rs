@@ -28,7 +28,7 @@ pub struct Partition {
 }
 
 /// One entry of `/sys/block`. `GET /devices` shows it as is (with `name` as `device` and `dev`
-/// as `M:m`), beside the disk's slot and filesystems (`http::devices`).
+/// as `M:m`), beside the disk's per-device slot and filesystems (`http::devices`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct BlockDisk {
     /// Kernel name (`vda`, `md127`, `nvme0c1n1`).

@@ -145,8 +145,8 @@ mod tests {
         s.counters.stale_entries = 11;
         s.inflight_entries = (1234, 65536);
         s.class_stats_entries = (12, 256);
-        s.slots.used = 3;
-        s.slots.capacity = 64;
+        s.dev_slots.used = 3;
+        s.dev_slots.capacity = 64;
         let mut h = History::new(10, 10);
         h.slow_received = 42;
         h.episodes_received = 3;

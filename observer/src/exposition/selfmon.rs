@@ -151,15 +151,15 @@ pub fn families(w: &mut TextWriter, s: &Snapshot, info: &AttachInfo) {
     w.family(&NESTED_COMPLETIONS)
         .counter(&[], c.nested_ends as f64);
     w.family(&DEVICES_DEGRADED)
-        .gauge(&[], s.slots.degraded as f64);
+        .gauge(&[], s.dev_slots.degraded as f64);
     let mut f = w.family(&MAP_ENTRIES);
     f.gauge(&["inflight"], s.inflight_entries.0 as f64);
     f.gauge(&["class_stats"], s.class_stats_entries.0 as f64);
-    f.gauge(&["dev_index"], s.slots.used as f64);
+    f.gauge(&["dev_index"], s.dev_slots.used as f64);
     let mut f = w.family(&MAP_CAPACITY);
     f.gauge(&["inflight"], s.inflight_entries.1 as f64);
     f.gauge(&["class_stats"], s.class_stats_entries.1 as f64);
-    f.gauge(&["dev_index"], s.slots.capacity as f64);
+    f.gauge(&["dev_index"], s.dev_slots.capacity as f64);
     w.family(&BUILD_INFO).gauge(
         &[
             env!("CARGO_PKG_VERSION"),

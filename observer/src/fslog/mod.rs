@@ -19,8 +19,8 @@
 //!      descriptor's inode table. An external journal (`s_journal_dev`, verified against
 //!      `s_journal_uuid`) is log in its entirety.
 //! 4. Ranges are converted to 512-byte sectors on the whole disk, merged per disk, and written
-//!    to `LOG_RANGES` at the disk's slot (entries of disks that no longer have a log are
-//!    emptied; see [`crate::bpf::devslots`] for the slots).
+//!    to `LOG_RANGES` at the disk's per-device slot (entries of disks that no longer have a log are
+//!    emptied; see [`crate::bpf::devslots`] for the per-device slots).
 //!
 //! A superblock that cannot be read or does not make sense is skipped with a warning (logged
 //! and shown in `/devices` with a [`LogStatus`], and in `blkobs_fs_log_status`), never fatal. Stacked devices (device-mapper, md) are not mapped to

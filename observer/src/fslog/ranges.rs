@@ -1,5 +1,5 @@
 //! Log ranges per disk: merged and bounded to what `LOG_RANGES` holds (written into that map,
-//! at each disk's slot, by [`crate::bpf::devslots::DevSlots::set_log_ranges`]).
+//! at each disk's per-device slot, by [`crate::bpf::devslots::DevSlots::set_log_ranges`]).
 
 use std::collections::BTreeMap;
 

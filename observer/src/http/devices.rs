@@ -14,7 +14,7 @@
 //! exclusive. Every disk in /sys/block with media (size > 0) is listed, with or without
 //! filesystems. `tracking` says whether the disk has a per-device slot (`full`: filesystem log
 //! classification and stall detection), not yet (`pending`: it appeared less than a second
-//! ago) or none because there are more disks than slots (`degraded`), see
+//! ago) or none because there are more disks than per-device slots (`degraded`), see
 //! [`crate::bpf::devslots`].
 
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use super::params::NoParams;
 use crate::{
-    bpf::devslots::{SlotTable, Tracking},
+    bpf::devslots::{DevSlotTable, Tracking},
     disks::{BlockDisk, Inventory},
     fslog::{Discovery, LogKind, LogStatus, Range},
     state::AppState,
@@ -49,8 +49,8 @@ pub struct FsRef {
 }
 
 /// One disk: its [`BlockDisk`] fields (`device`, `dev`, `sectors`, `write_cache`, `bio_based`,
-/// `dm_name`, `slaves`, `holders`, `hidden`, `partitions`) flattened in, then its slot and
-/// what the last discovery found on it.
+/// `dm_name`, `slaves`, `holders`, `hidden`, `partitions`) flattened in, then its per-device
+/// slot and what the last discovery found on it.
 #[derive(Serialize)]
 pub struct Device {
     /// The disk as the scan saw it (sizes in 512-byte sectors; `dev` as `M:m`).
@@ -79,14 +79,16 @@ pub struct DevicesBody {
 
 /// Builds the body from a scan of the disks (`inv`), a discovery and the per-device slots.
 /// Disks without media (size 0) are left out unless they have log ranges.
-pub fn body(inv: &Inventory, d: Discovery, slots: &SlotTable) -> DevicesBody {
+pub fn body(inv: &Inventory, d: Discovery, dev_slots: &DevSlotTable) -> DevicesBody {
     let mut devices = Vec::new();
     for disk in &inv.disks {
         if disk.sectors == 0 && !d.ranges.contains_key(&disk.name) {
             continue; // unattached loop devices, empty drives
         }
         devices.push(Device {
-            tracking: disk.dev.map_or(Tracking::Pending, |n| slots.tracking(n)),
+            tracking: disk
+                .dev
+                .map_or(Tracking::Pending, |n| dev_slots.tracking(n)),
             filesystems: filesystems_on(&disk.name, &d),
             log_ranges: d.ranges.get(&disk.name).cloned().unwrap_or_default(),
             disk: disk.clone(),
@@ -128,18 +130,18 @@ fn filesystems_on(name: &str, d: &Discovery) -> Vec<FsRef> {
     refs
 }
 
-/// The handler: the body from a scan of the disks made now, the last discovery and the slots;
-/// 500 if that task fails.
+/// The handler: the body from a scan of the disks made now, the last discovery and the
+/// per-device slots; 500 if that task fails.
 pub async fn get_devices(State(st): State<Arc<AppState>>, _: NoParams) -> impl IntoResponse {
     let d = st.fslog.get();
-    let slots = st
+    let dev_slots = st
         .maps
         .dev_slots
         .lock()
         .expect("dev slots lock")
         .table()
         .clone();
-    match tokio::task::spawn_blocking(move || body(&Inventory::scan(), d, &slots)).await {
+    match tokio::task::spawn_blocking(move || body(&Inventory::scan(), d, &dev_slots)).await {
         Ok(b) => Json(b).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -159,8 +161,8 @@ mod tests {
     use super::*;
     use crate::disks::Partition;
 
-    /// The JSON of two disks (one with a slot, partitions and a log range; one hidden, without
-    /// a number, slaves and holders) and a disk without media, left out.
+    /// The JSON of two disks (one with a per-device slot, partitions and a log range; one hidden,
+    /// without a number, slaves and holders) and a disk without media, left out.
     #[test]
     fn body_json() {
         let sda = mkdev(8, 0);
@@ -219,9 +221,9 @@ mod tests {
             }],
         );
         d.updated_unix = 1_700_000_000;
-        let mut slots = SlotTable::new(4);
-        slots.update(&BTreeSet::from([sda]));
-        let got = serde_json::to_value(body(&inv, d, &slots)).unwrap();
+        let mut dev_slots = DevSlotTable::new(4);
+        dev_slots.update(&BTreeSet::from([sda]));
+        let got = serde_json::to_value(body(&inv, d, &dev_slots)).unwrap();
         let want = json!({
             "devices": [
                 {"device": "sda", "dev": "8:0", "sectors": 1433600, "write_cache": "write back",

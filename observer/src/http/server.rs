@@ -416,7 +416,7 @@ mod tests {
             std::thread::spawn(move || get_status(&addr, "/held"))
         };
         entered(1);
-        // The only slot is taken: refused at once, not queued.
+        // The only permit is taken: refused at once, not queued.
         let t = Instant::now();
         assert_eq!(get_status(&addr, "/held"), 503);
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
@@ -428,7 +428,7 @@ mod tests {
         );
         held.release.notify_one();
         assert_eq!(first.join().unwrap(), 200);
-        // The slot is free again (the permit went with the response).
+        // The permit is free again (it went with the response).
         let again = {
             let addr = addr.clone();
             std::thread::spawn(move || get_status(&addr, "/held"))
@@ -604,8 +604,8 @@ mod tests {
             "{out:?}"
         );
         counted(1);
-        // Connections that never finish a handshake hold their slot only for
-        // header_read_timeout, then the slots serve again.
+        // Connections that never finish a handshake hold their connection permit only for
+        // header_read_timeout, then the permits serve again.
         let t = Instant::now();
         let mut idle = TcpStream::connect(&addr).unwrap();
         let mut slow = TcpStream::connect(&addr).unwrap();

@@ -16,7 +16,7 @@ use crate::{
 };
 
 /// The live requests of `INFLIGHT`, and the bios of `BIO_QUEUED` that have no request yet
-/// (stage `queue` since their entry: sleeping for a request slot, or throttled), on devices
+/// (stage `queue` since their entry: sleeping for a tag, or throttled), on devices
 /// `filter` allows and `f` selects (`device`, `min_ns` as a minimum age, `limit`), oldest
 /// first, with stage, age and submitter, the upper I/O each serves and the I/Os below that
 /// hold each (`UPPER`, observer-ebpf inherit.rs; at most [`MAX_DEPTH`] levels down).

@@ -65,7 +65,7 @@ pub struct InflightRequest {
     #[serde(flatten)]
     pub class: ClassInfo,
     /// `queue` (waiting for dispatch, or requeued; or a bio with no request yet: sleeping for a
-    /// request slot, or throttled) or `device` (at the driver); `total` for a bio of a
+    /// tag, or throttled) or `device` (at the driver); `total` for a bio of a
     /// bio-based disk (dm, md), in flight since its entry, with no stages.
     pub stage: &'static str,
     /// Time since it entered (or was dispatched, for the flush request), seconds.
