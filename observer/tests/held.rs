@@ -91,18 +91,6 @@ fn watch_held(d: &Daemon, dev: &str, pick: Pick, hold: Duration) -> f64 {
     last
 }
 
-/// The slow requests picked, in `/stalls`.
-fn slow_of(d: &Daemon, dev: &str, pick: Pick) -> Vec<Value> {
-    let v = json(d, &format!("/stalls?device={dev}&format=json&limit=5000"));
-    v["slow"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| pick.matches(s))
-        .cloned()
-        .collect()
-}
-
 /// Issue 10.1's repro: `queue/iostats` = 0, so `/sys/block/B/inflight` reads 0 while the write
 /// is held. The write stays in `/inflight` and `/stalls` for the whole 3 s hold, then is one
 /// slow write whose device time is between the hold and dd's own elapsed time; nothing lost,
@@ -117,29 +105,22 @@ fn held_write_with_iostats_off_stays_in_flight() {
     disk.set_queue("iostats", "0");
     quiesce(&disk.name);
     let before = lost_untracked(&daemon, &disk.name);
-    disk.knobs().hold_next.store(true, Ordering::SeqCst);
     let dd = named_dd("blkobs-iostat0");
     let t0 = Instant::now();
-    let mut child = Command::new(&dd)
-        .args([
-            "if=/dev/zero",
-            "bs=4k",
-            "count=1",
-            "oflag=direct",
-            "status=none",
-        ])
-        .arg(format!("of={}", disk.path))
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(
-        wait_for(Duration::from_secs(10), || disk
-            .knobs()
-            .holding()
-            .then_some(()))
-        .is_some(),
-        "the FUSE file never held the write"
-    );
+    let mut child = disk.hold_write(|| {
+        Command::new(&dd)
+            .args([
+                "if=/dev/zero",
+                "bs=4k",
+                "count=1",
+                "oflag=direct",
+                "status=none",
+            ])
+            .arg(format!("of={}", disk.path))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    });
     let held_at = Instant::now();
     // The premise on current kernels: the kernel's own count does not see the held write
     // (blk_mq_check_inflight tests RQF_IO_STAT; 5.10's counted it regardless).
@@ -160,7 +141,7 @@ fn held_write_with_iostats_off_stays_in_flight() {
     assert!(child.wait().unwrap().success());
     let elapsed = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(1500));
-    let slow = slow_of(&daemon, &disk.name, pick);
+    let slow = slow_records(&daemon, &disk.name, 5000, |s| pick.matches(s));
     assert_eq!(slow.len(), 1, "{slow:?}");
     let device = slow[0]["device_seconds"].as_f64().unwrap();
     assert!(
@@ -228,14 +209,16 @@ fn fua_write_waiting_for_post_flush_stays_in_flight() {
     // Two slow requests: the FUA write, then the data-less PREFLUSH write of the fsync that
     // block/fops.c does after an O_DSYNC write (generic_write_sync), never dispatched itself:
     // it waits in blk-flush.c for the flush request, which sleeps again.
-    let fua = slow_of(&daemon, &disk.name, pick);
+    let fua = slow_records(&daemon, &disk.name, 5000, |s| pick.matches(s));
     assert_eq!(fua.len(), 1, "{fua:?}");
     let device = fua[0]["device_seconds"].as_f64().unwrap();
     assert!(
         device >= sleep.as_secs_f64() - 0.01 && device <= elapsed,
         "device {device} s: not within the flush's sleep ({sleep:?}) and dd's elapsed time ({elapsed} s)"
     );
-    let preflush = slow_of(&daemon, &disk.name, Pick::Flag("preflush"));
+    let preflush = slow_records(&daemon, &disk.name, 5000, |s| {
+        Pick::Flag("preflush").matches(s)
+    });
     assert_eq!(preflush.len(), 1, "{preflush:?}");
     let total = preflush[0]["total_seconds"].as_f64().unwrap();
     assert!(
@@ -324,7 +307,7 @@ fn tag_wait_is_queue_time() {
     disk.set_queue("nr_requests", "4");
     quiesce(&disk.name);
     let before = lost_untracked(&daemon, &disk.name);
-    disk.knobs().hold_next.store(true, Ordering::SeqCst);
+    disk.knobs().hold_next_write();
     let dd = named_dd("blkobs-tagwait");
     let t0 = Instant::now();
     let mut writers: Vec<_> = (0..8u64)
@@ -393,7 +376,9 @@ fn tag_wait_is_queue_time() {
     }
     let elapsed = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(1500));
-    let slow = slow_of(&daemon, &disk.name, Pick::Comm("blkobs-tagwait"));
+    let slow = slow_records(&daemon, &disk.name, 5000, |s| {
+        Pick::Comm("blkobs-tagwait").matches(s)
+    });
     assert_eq!(slow.len(), 8, "{slow:?}");
     let secs = |w: &Value, k: &str| w[k].as_f64().unwrap();
     let at_device = slow

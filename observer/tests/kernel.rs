@@ -432,28 +432,19 @@ fn inflight_at_start_is_untracked() {
     // untracked there is possible, and was seen.)
     let slow = SlowDisk::new(16, "none");
     quiesce(&slow.name);
-    slow.knobs()
-        .hold_next
-        .store(true, std::sync::atomic::Ordering::SeqCst);
-    let mut held = Command::new("dd")
-        .args([
-            "if=/dev/zero",
-            "bs=4k",
-            "count=1",
-            "oflag=direct",
-            "status=none",
-        ])
-        .arg(format!("of={}", slow.path))
-        .spawn()
-        .unwrap();
-    assert!(
-        wait_for(Duration::from_secs(10), || slow
-            .knobs()
-            .holding()
-            .then_some(()))
-        .is_some(),
-        "the FUSE file never held the write"
-    );
+    let mut held = slow.hold_write(|| {
+        Command::new("dd")
+            .args([
+                "if=/dev/zero",
+                "bs=4k",
+                "count=1",
+                "oflag=direct",
+                "status=none",
+            ])
+            .arg(format!("of={}", slow.path))
+            .spawn()
+            .unwrap()
+    });
     std::thread::sleep(Duration::from_millis(1500));
     let before_start = diskstats(&dev.name);
     let daemon = Daemon::start(&[]);

@@ -39,12 +39,6 @@ fn daemon(dir: &TempDir, dev: &str) -> Daemon {
     Daemon::start(&["--config", cfg.to_str().unwrap()])
 }
 
-/// The slow-request records of `dev` in `/stalls`.
-fn slow_records(d: &Daemon, dev: &str) -> Vec<Value> {
-    let v = json(d, &format!("/stalls?format=json&device={dev}&limit=100000"));
-    v["slow"].as_array().unwrap().clone()
-}
-
 /// Direct writes from a process in a known cgroup: the submitter is the owner. Its owner is
 /// the nearest cgroup (itself or an ancestor) with an io controller state, i.e. whose
 /// `cgroup.controllers` lists `io` (else the root); unknown (id 0, path null) where the io
@@ -103,10 +97,9 @@ fn direct_write_owner_is_the_writers_cgroup() {
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     let mine = loop {
-        let mine: Vec<Value> = slow_records(&d, &dev.name)
-            .into_iter()
-            .filter(|s| s["submitter"]["comm"] == "blkobs-ownerwr")
-            .collect();
+        let mine = slow_records(&d, &dev.name, 100_000, |s| {
+            s["submitter"]["comm"] == "blkobs-ownerwr"
+        });
         if mine.len() >= 16 || Instant::now() > deadline {
             break mine;
         }
@@ -134,10 +127,9 @@ fn direct_write_owner_is_the_writers_cgroup() {
     // `/stalls` with its submitter and owner) say where the difference came from (a CI run
     // of 5.10 once counted one 4 KiB write more under the group; not reproduced in 4 reruns).
     let others = || -> Vec<Value> {
-        slow_records(&d, &dev.name)
-            .into_iter()
-            .filter(|s| s["submitter"]["comm"] != "blkobs-ownerwr")
-            .collect()
+        slow_records(&d, &dev.name, 100_000, |s| {
+            s["submitter"]["comm"] != "blkobs-ownerwr"
+        })
     };
     assert_eq!(
         ours,
@@ -252,10 +244,9 @@ fn writeback_bytes_equal_the_owners_io_stat() {
         a.rel
     );
     // The point: the write-back was submitted outside /a, and owned by /a.
-    let owned: Vec<Value> = slow_records(&d, &dev.name)
-        .into_iter()
-        .filter(|s| s["owner_cgroup"] == a.rel.as_str())
-        .collect();
+    let owned = slow_records(&d, &dev.name, 100_000, |s| {
+        s["owner_cgroup"] == a.rel.as_str()
+    });
     assert!(!owned.is_empty(), "requests owned by {} in /stalls", a.rel);
     assert_eq!(owned[0]["owner_cgroup_id"], a.id());
     let inside: Vec<&Value> = owned

@@ -12,7 +12,6 @@ use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
     process::Command,
-    sync::atomic::Ordering,
     time::Duration,
 };
 
@@ -403,23 +402,20 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
     assert!(st.success());
 
     // A write held at the device past the episode threshold: /inflight and /stalls list it.
-    held.knobs().hold_next.store(true, Ordering::SeqCst);
-    let mut dd = Command::new(named_dd("blkobs-heldwr"))
-        .args([
-            "if=/dev/zero",
-            &format!("of={}", held.path),
-            "bs=4k",
-            "count=1",
-            "seek=3",
-            "oflag=direct",
-            "status=none",
-        ])
-        .spawn()
-        .unwrap();
-    let holding = wait_every(Duration::from_millis(10), Duration::from_secs(10), || {
-        held.knobs().holding()
+    let mut dd = held.hold_write(|| {
+        Command::new(named_dd("blkobs-heldwr"))
+            .args([
+                "if=/dev/zero",
+                &format!("of={}", held.path),
+                "bs=4k",
+                "count=1",
+                "seek=3",
+                "oflag=direct",
+                "status=none",
+            ])
+            .spawn()
+            .unwrap()
     });
-    assert!(holding, "the write never reached the FUSE file");
     std::thread::sleep(Duration::from_millis(600));
     let inflight: serde_json::Value =
         serde_json::from_str(&get(&format!("/inflight?device={}", held.name), 200)).unwrap();

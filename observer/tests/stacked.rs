@@ -244,21 +244,6 @@ fn delta(m1: &Metrics, m0: &Metrics, name: &str, want: &[(&str, &str)]) -> f64 {
     m1.sum(name, want) - m0.sum(name, want)
 }
 
-/// Slow-request records of `device` by op, from `/stalls` (JSON).
-fn slow_records(d: &Daemon, device: &str, op: &str) -> Vec<Value> {
-    let v = json(
-        d,
-        &format!("/stalls?device={device}&format=json&limit=1000"),
-    );
-    v["slow"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["op"] == op)
-        .cloned()
-        .collect()
-}
-
 /// dm-delay with a known delay: every read and write bio of the dm disk is counted once, as
 /// its /proc/diskstats line and fio count them; its total latency is the injected delay
 /// (median within 5 % + 3 ms, from each bio's exact total in the slow records, and the
@@ -378,7 +363,7 @@ fn dm_delay_total_latency_and_counts() {
     // The injected delay, per bio: each one's exact total from its slow record.
     let want = DELAY_MS as f64 / 1000.0;
     for op in ["read", "write"] {
-        let recs = slow_records(&daemon, n, op);
+        let recs = slow_records(&daemon, n, 1000, |s| s["op"] == op);
         assert_eq!(
             recs.len() as u64,
             IOS,
@@ -604,7 +589,7 @@ fn suspended_dm_holds_a_bio_in_flight() {
     let st = reader.child.wait().unwrap();
     assert!(st.success(), "the read completes after the resume");
     let recs = wait_for(Duration::from_secs(5), || {
-        let r = slow_records(&daemon, n, "read");
+        let r = slow_records(&daemon, n, 1000, |s| s["op"] == "read");
         (!r.is_empty()).then_some(r)
     })
     .expect("the held read as a slow record");

@@ -5,21 +5,11 @@ mod support;
 
 use std::{
     process::Command,
-    sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
 use support::*;
-
-fn slow_of<'a>(v: &'a Value, comm: &str) -> Vec<&'a Value> {
-    v["slow"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["submitter"]["comm"] == comm)
-        .collect()
-}
 
 /// The device latency of every write equals the injected delay within 5 % + 3 ms, and the
 /// submitter of fsync'ed writes is the process that wrote them.
@@ -55,8 +45,8 @@ fn injected_delay_and_submitter() {
         &daemon,
         &format!("/stalls?device={}&format=json&limit=100", disk.name),
     );
-    let mine = slow_of(&v, "blkobs-fsyncer");
-    let writes: Vec<&&Value> = mine.iter().filter(|s| s["op"] == "write").collect();
+    let mine = slow_where(&v, |s| s["submitter"]["comm"] == "blkobs-fsyncer");
+    let writes: Vec<&Value> = mine.iter().filter(|s| s["op"] == "write").collect();
     // dd count=6 oflag=direct: exactly six 4 KiB write requests, each held 150 ms.
     assert_eq!(
         writes.len(),
@@ -131,28 +121,21 @@ fn stuck_request_then_slow() {
     let daemon = Daemon::start(&[]);
     let disk = SlowDisk::new(64, "mq-deadline");
     quiesce(&disk.name);
-    disk.knobs().hold_next.store(true, Ordering::SeqCst);
     let dd = named_dd("blkobs-stuckwr");
-    let mut child = Command::new(&dd)
-        .args([
-            "if=/dev/zero",
-            &format!("of={}", disk.path),
-            "bs=4k",
-            "count=1",
-            "seek=7",
-            "oflag=direct",
-            "status=none",
-        ])
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !disk.knobs().holding() {
-        assert!(
-            Instant::now() < deadline,
-            "the write never reached the FUSE file"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut child = disk.hold_write(|| {
+        Command::new(&dd)
+            .args([
+                "if=/dev/zero",
+                &format!("of={}", disk.path),
+                "bs=4k",
+                "count=1",
+                "seek=7",
+                "oflag=direct",
+                "status=none",
+            ])
+            .spawn()
+            .unwrap()
+    });
     std::thread::sleep(Duration::from_millis(600));
 
     let inflight = json(&daemon, &format!("/inflight?device={}", disk.name));
@@ -219,7 +202,7 @@ fn stuck_request_then_slow() {
         &daemon,
         &format!("/stalls?device={}&format=json", disk.name),
     );
-    let slow = slow_of(&v, "blkobs-stuckwr");
+    let slow = slow_where(&v, |s| s["submitter"]["comm"] == "blkobs-stuckwr");
     assert_eq!(slow.len(), 1, "{v}");
     assert!(
         slow[0]["device_seconds"].as_f64().unwrap() >= age2,
@@ -283,7 +266,7 @@ fn scheduler_held_requests_are_queue_time() {
         .sum();
     const HELD: u64 = 8;
     let n = tags + HELD;
-    disk.knobs().hold_next.store(true, Ordering::SeqCst);
+    disk.knobs().hold_next_write();
     let mut fio = Command::new("fio")
         .args([
             "--name=blkobs-held",

@@ -179,6 +179,32 @@ pub fn json(d: &Daemon, path: &str) -> Value {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }
 
+/// The slow records of a `/stalls` JSON body that `keep` selects, in the body's order.
+pub fn slow_where(stalls: &Value, keep: impl Fn(&Value) -> bool) -> Vec<Value> {
+    stalls["slow"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| keep(s))
+        .cloned()
+        .collect()
+}
+
+/// The slow records of disk `dev` that `keep` selects, from
+/// `/stalls?device=dev&format=json&limit=limit` (see [`slow_where`]).
+pub fn slow_records(
+    d: &Daemon,
+    dev: &str,
+    limit: usize,
+    keep: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let v = json(
+        d,
+        &format!("/stalls?device={dev}&format=json&limit={limit}"),
+    );
+    slow_where(&v, keep)
+}
+
 /// The BPF map named `name` that `daemon` holds open (found through the map ids in
 /// /proc/PID/fdinfo): a handle of its own, for tests that read (or, for the reaper's test,
 /// write) the programs' state directly. Not "the newest map of that name": tests of one binary

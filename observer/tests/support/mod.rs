@@ -4,7 +4,8 @@
 //!
 //! - `skip`: the one rule for a test that cannot run here (fails under CI, else skips visibly).
 //! - `process`: tools, commands, child guards, HTTP, polling, temp dirs, BPF ids.
-//! - `daemon`: the observer daemon fixture and its `/devices` answers.
+//! - `daemon`: the observer daemon fixture, its `/devices` answers and its slow records
+//!   (`slow_records`, `slow_where`).
 //! - `e2e`: the kernel matrix's end-to-end checks on one disk against /proc/diskstats.
 //! - `guest`: the kernel-matrix guests' qemu disks, found by serial; queue attributes set
 //!   and restored.
@@ -16,7 +17,8 @@
 //! - `witness`: /proc/diskstats and the ftrace witnesses (`block_io_start`, counts of one
 //!   block event).
 //! - `fslog_witness`: the filesystem log witnesses (xfs_db, dumpe2fs/debugfs) and classification.
-//! - `slowfs`: a FUSE-backed disk with injected delays.
+//! - `slowfs`: a FUSE-backed disk with injected delays, and a write held on it until released
+//!   (`SlowDisk::hold_write`).
 //! - `sysctl`: a kernel sysctl set for a test and restored.
 //! - `tls`: a throw-away PKI (rcgen), web config files, `curl` as the TLS client.
 //!

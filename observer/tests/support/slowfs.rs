@@ -13,7 +13,7 @@ use std::{
     time::{Duration, UNIX_EPOCH},
 };
 
-use super::{unique, LoopDev};
+use super::{unique, wait_every, LoopDev};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, LockOwner, OpenFlags,
     ReplyAttr, ReplyData, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, WriteFlags,
@@ -37,6 +37,11 @@ pub struct Knobs {
 }
 
 impl Knobs {
+    /// Holds the next write that reaches the file, until [`Knobs::release`].
+    pub fn hold_next_write(&self) {
+        self.hold_next.store(true, Ordering::SeqCst);
+    }
+
     /// Lets a held write go.
     pub fn release(&self) {
         *self.held.lock().unwrap() = false;
@@ -272,6 +277,22 @@ impl SlowDisk {
 
     pub fn knobs(&self) -> &Knobs {
         &self.mount.knobs
+    }
+
+    /// Holds the next write that reaches the FUSE file, runs `submit` (which starts the writer
+    /// of that write) and waits until the file holds it, polling every 10 ms; panics if it does
+    /// not within 10 s. Returns what `submit` returned (the writer, to wait for after
+    /// [`Knobs::release`]).
+    pub fn hold_write<T>(&self, submit: impl FnOnce() -> T) -> T {
+        self.knobs().hold_next_write();
+        let writer = submit();
+        assert!(
+            wait_every(Duration::from_millis(10), Duration::from_secs(10), || {
+                self.knobs().holding()
+            }),
+            "the FUSE file never held the write"
+        );
+        writer
     }
 }
 
