@@ -197,11 +197,25 @@ fn stuck_request_then_slow() {
 
     disk.knobs().release();
     assert!(child.wait().unwrap().success());
-    std::thread::sleep(Duration::from_millis(300));
-    let v = json(
-        &daemon,
-        &format!("/stalls?device={}&format=json", disk.name),
-    );
+    // The episode ends at the daemon's next look at the disk's stall state (its tick): wait
+    // for it (up to 5 s) rather than for a fixed time.
+    let ended_device = |v: &Value| {
+        v["episodes"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|e| e["ongoing"] == false && e["kind"] == "device")
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let v = loop {
+        let v = json(
+            &daemon,
+            &format!("/stalls?device={}&format=json", disk.name),
+        );
+        if ended_device(&v) || std::time::Instant::now() > deadline {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let slow = slow_where(&v, |s| s["submitter"]["comm"] == "blkobs-stuckwr");
     assert_eq!(slow.len(), 1, "{v}");
     assert!(
