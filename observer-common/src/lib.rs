@@ -13,11 +13,6 @@ pub mod hist;
 pub mod layout;
 pub mod maps;
 
-/// The eBPF crate's name for [`dispatch`] (`observer-ebpf` imports `observer_common::merges`);
-/// goes when its imports say `dispatch`.
-#[doc(hidden)]
-pub use dispatch as merges;
-
 /// Stages of a request's life, named after btt's.
 ///
 /// Index into [`maps::ClassStats::stages`].

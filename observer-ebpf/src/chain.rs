@@ -108,6 +108,13 @@ fn fold(bio: u64, e: &mut Inflight) {
     e.bytes += c.size as u64 + c.bytes;
 }
 
+/// Whether the chained bio `child` was folded into `bio` ([`fold`]: `bio`'s entry holds its
+/// counts, and those of pieces split off it). The link stays until either ends.
+#[inline(always)]
+pub fn folded_into(child: u64, bio: u64) -> bool {
+    unsafe { CHAINED.get(&bio) }.is_some_and(|v| v.child == child)
+}
+
 /// `bio` ended, traced (its entry `e`, or `None` for a piece): the link of the bio chained to
 /// it and its own link to the bio it is chained to go.
 #[inline(always)]

@@ -26,7 +26,7 @@ use observer_ebpf::{
 pub static INFLIGHT_SLOTS: Array<Slot<Inflight>> = Array::with_max_entries(SLOTS, SLOTS_MAP_FLAGS);
 
 use crate::{
-    chain::{entered_at, hidden_end, link},
+    chain::{entered_at, folded_into, hidden_end, link},
     inherit,
     maps::{addr_number, count, dev_slot, log_class, owner_count, stats, INFLIGHT, ZERO_INFLIGHT},
     probes::bio_queue::queued_at,
@@ -213,13 +213,18 @@ pub fn take_bio(bio: u64) -> Option<Inflight> {
 const MAX_UP: usize = 2;
 
 /// The live entry of the tracked bio-based parent of `bio` (`bio->bi_private`, set by
-/// block/bio.c bio_chain), or of its grandparent ([`MAX_UP`]): a piece split off a piece the
-/// kernel did not trace (drivers/md/raid0.c on 5.10 splits at chunk boundaries what
-/// blk-merge.c split before), or a chained bio folded into the next one (chain.rs). Further up,
-/// `bi_private` is rarely a bio.
+/// block/bio.c bio_chain), or of its grandparent ([`MAX_UP`]): a piece split off a piece that
+/// has no entry (drivers/md/raid0.c on 5.10 splits at chunk boundaries, untraced, a piece
+/// blk-merge.c split before, traced), or off a chained bio folded into the next one
+/// (chain.rs). Further up, `bi_private` is rarely a bio. The flag says whether the entry holds
+/// `bio`'s count (`bios`, and the bytes of a folded chain): a direct parent counts its pieces
+/// (bio_split.rs), and a bio that a chained one was folded into took that one's counts
+/// (chain.rs, [`folded_into`]); a grandparent above a piece without an entry does not: its
+/// count holds that piece, which is one I/O besides the grandchild.
 #[inline(always)]
-pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<(u64, *mut Inflight)> {
+pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<(u64, *mut Inflight, bool)> {
     let mut b = bio;
+    let mut between = 0;
     for step in 0..MAX_UP {
         // `bi_private` is a `void *`: what it points to has no BTF type, so the verifier
         // refuses a direct load through it (tp_btf on 5.10: "Permission denied"); read the
@@ -237,23 +242,26 @@ pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<(u64, *mut Inflight)
         }
         if let Some(p) = INFLIGHT.get_ptr_mut(&b) {
             let e = unsafe { &*p };
-            return (e.is_live() && e.dispatch_ns == 0).then_some((b, p));
+            let holds = step == 0 || folded_into(between, b);
+            return (e.is_live() && e.dispatch_ns == 0).then_some((b, p, holds));
         }
+        between = b;
     }
     None
 }
 
 /// The entry for a piece split from a tracked bio of a bio-based disk below its
 /// `block_bio_queue`, ending on its own (remapped, or completing): its parent's (see
-/// [`tracked_parent`]) with the piece's own sector and size. The parent's count of pieces
+/// [`tracked_parent`]) with the piece's own sector and size. A direct parent's count of pieces
 /// split off it (`bios`, from `block_split`) goes down by one, so it is not counted again at
 /// the parent's end; so do its bytes if it is a bio chained to the parent and folded into it
-/// (chain.rs), whose own entry time it gets back. `None` if the bio has no such parent, the parent is a discard, or the bio
+/// (chain.rs), whose own entry time it gets back. The counts of a grandparent that does not
+/// hold the piece's count stay ([`tracked_parent`]). `None` if the bio has no such parent, the parent is a discard, or the bio
 /// (sent on from sector `from` of the upper disk, when remapped) is a clone of the parent, not
 /// a piece of it ([`covers`]).
 #[inline(always)]
 pub fn piece_of(bio: u64, from: Option<u64>, l: &KernelLayout) -> Option<Inflight> {
-    let (parent, p) = tracked_parent(bio, l)?;
+    let (parent, p, holds) = tracked_parent(bio, l)?;
     if let Some(from) = from {
         if covers(parent, from, read::<u32>(bio, l.bio_size) as u64 >> 9, l) {
             return None;
@@ -267,9 +275,11 @@ pub fn piece_of(bio: u64, from: Option<u64>, l: &KernelLayout) -> Option<Infligh
         return None;
     }
     let size: u32 = read(bio, l.bio_size);
-    p.bios = p.bios.saturating_sub(1);
-    // A bio chained to it and folded in (chain.rs) gives its bytes back too.
-    p.bytes = p.bytes.saturating_sub(size as u64);
+    if holds {
+        p.bios = p.bios.saturating_sub(1);
+        // A bio chained to it and folded in (chain.rs) gives its bytes back too.
+        p.bytes = p.bytes.saturating_sub(size as u64);
+    }
     let mut e = *p;
     e.sector = read(bio, l.bio_sector);
     e.size = size;
@@ -301,7 +311,7 @@ fn covers(parent: u64, from: u64, sectors: u64, l: &KernelLayout) -> bool {
 #[inline(always)]
 pub fn is_piece_of_discard(bio: u64, l: &KernelLayout) -> bool {
     tracked_parent(bio, l)
-        .is_some_and(|(_, p)| unsafe { (*p).class } & OP_MASK == Op::Discard as u16)
+        .is_some_and(|(_, p, _)| unsafe { (*p).class } & OP_MASK == Op::Discard as u16)
 }
 
 /// The `INFLIGHT` entry of `rq` to fill: its existing entry (kept for reuse), or a new one

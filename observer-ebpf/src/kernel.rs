@@ -183,15 +183,15 @@ pub fn bio_merges(rq: u64, l: &KernelLayout) -> u32 {
 }
 
 /// Bios in a request's list now (`request::bio` → `bio::bi_next`), walked up to
-/// [`MAX_BIOS`](observer_common::merges::MAX_BIOS); `MAX_BIOS + 1` if the list is longer, 0 if
+/// [`MAX_BIOS`](observer_common::dispatch::MAX_BIOS); `MAX_BIOS + 1` if the list is longer, 0 if
 /// it has none (the flush request). At `block_rq_issue` the list is final (see
-/// [`observer_common::merges`]). Costs one load per bio (tp_btf: a direct, BTF-checked load;
+/// [`observer_common::dispatch`]). Costs one load per bio (tp_btf: a direct, BTF-checked load;
 /// raw_tp: a `bpf_probe_read_kernel` each).
 #[inline(always)]
 pub fn bio_count(rq: u64, l: &KernelLayout) -> u16 {
     let mut bio: u64 = read(rq, l.rq_bio);
     let mut n = 0u16;
-    for _ in 0..observer_common::merges::MAX_BIOS {
+    for _ in 0..observer_common::dispatch::MAX_BIOS {
         if bio == 0 {
             return n;
         }

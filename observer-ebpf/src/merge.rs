@@ -7,8 +7,8 @@ use core::ptr::addr_of_mut;
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use observer_common::{
     class::OP_MASK,
+    dispatch::is_missed_merge,
     maps::{DevState, MissedMerge, MERGE_PAIRS_PER_CPU},
-    merges::is_missed_merge,
 };
 use observer_ebpf::store::put;
 

@@ -296,21 +296,32 @@ impl Stack {
     }
 }
 
-/// An [`Ftrace`] of `block_bio_queue` and `block_split` on the stacked (bio-based) disks.
-struct BioTrace(Ftrace);
+/// An [`Ftrace`] of `block_bio_queue`, `block_split` and `block_bio_complete` on the stacked
+/// (bio-based) disks, and of `block_bio_remap` on every disk (a remap is traced on the disk
+/// below; its `old_dev` is the stacked disk it came from).
+struct BioTrace(Ftrace, Ftrace);
 
-const BIO_EVENTS: [&str; 2] = ["block_bio_queue", "block_split"];
+const BIO_EVENTS: [&str; 3] = ["block_bio_queue", "block_split", "block_bio_complete"];
 
 impl BioTrace {
     fn start(kdevs: &[u32]) -> BioTrace {
-        BioTrace(Ftrace::start(
-            "md",
-            FtraceSpec {
-                events: &BIO_EVENTS,
-                kdevs,
-                ..Default::default()
-            },
-        ))
+        BioTrace(
+            Ftrace::start(
+                "md",
+                FtraceSpec {
+                    events: &BIO_EVENTS,
+                    kdevs,
+                    ..Default::default()
+                },
+            ),
+            Ftrace::start(
+                "md-remap",
+                FtraceSpec {
+                    events: &["block_bio_remap"],
+                    ..Default::default()
+                },
+            ),
+        )
     }
 
     /// Stops recording; (disk, event, op of its rwbs: [`op_of`]) → count.
@@ -329,6 +340,22 @@ impl BioTrace {
             };
             *out.entry((e.kdev, event.to_string(), op_of(e.rwbs()).to_string()))
                 .or_default() += 1;
+        }
+        // block_bio_remap "dev rwbs sector + n <- (maj,min) old_sector": counted under the
+        // disk it came from, as "remapped_down".
+        for e in self.1.stop() {
+            let from = e.fields.iter().find(|f| f.starts_with('(')).and_then(|f| {
+                let (maj, min) = f.trim_matches(|c| c == '(' || c == ')').split_once(',')?;
+                Some((maj.parse::<u32>().ok()? << 20) | min.parse::<u32>().ok()?)
+            });
+            if let Some(from) = from {
+                *out.entry((
+                    from,
+                    "remapped_down".to_string(),
+                    op_of(e.rwbs()).to_string(),
+                ))
+                .or_default() += 1;
+            }
         }
         out
     }
@@ -368,6 +395,12 @@ fn ours(before: &Metrics, after: &Metrics, dev: &str, op: &str) -> f64 {
     after.sum("blkobs_requests_total", &[("device", dev), ("op", op)])
         - before.sum("blkobs_requests_total", &[("device", dev), ("op", op)])
 }
+
+/// 5.10's md raid0 writes may be this share (0.5 %) short of diskstats: a piece split off a
+/// piece (blk-merge.c's traced split, then raid0's untraced one at a chunk boundary) remapped
+/// after the md bio it belongs to ended has no entry to be counted from (README, "What the
+/// differences are"; measured 27 of 20,646).
+const RAID0_PIECES_SHORT: f64 = 0.005;
 
 fn run(what: &str, make: impl FnOnce() -> Stack) {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
@@ -555,35 +588,54 @@ fn run(what: &str, make: impl FnOnce() -> Stack) {
         };
         let split = ["block_bio_queue", "block_split"];
         // Writes: ours count write-zeroes too (rwbs `N` on 5.10, `WZ` later). A discard is one
-        // I/O however md cuts it: its pieces are no I/Os (README). Reads and discards are
-        // asserted: equal to diskstats or to the rule's ftrace count. Writes are printed: two
-        // cells match neither (README, "What the differences are": md raid0 on 5.10 splits
-        // pieces of pieces without a trace, and those are not counted; 6.1's md127 under LVM
-        // counted one write more than ftrace's rule in a run).
-        for (op, ours, theirs, t, asserted) in [
-            ("reads", r, kr, traced(&split, &["read"]), true),
-            ("writes", w, kw, traced(&split, &["write", "other"]), false),
+        // I/O however md cuts it: its pieces are no I/Os (README). Each op is asserted equal
+        // to one of three witnesses: the disk's diskstats; the rule's ftrace count
+        // (block_bio_queue + block_split of new bios); or ftrace's count of the disk's bio
+        // ends (block_bio_complete: on kernels that trace every bio's end, chained pieces
+        // included (5.11+), one per I/O, also per piece md splits without a `block_split`
+        // trace: 6.1's raid0/raid1/raid10). The one exception (README, "What the differences
+        // are"): 5.10's md raid0 writes may be short of diskstats by at most
+        // RAID0_PIECES_SHORT of them (pieces of pieces whose grandparent ended first).
+        for (op, ours, theirs, t, ops) in [
+            ("reads", r, kr, traced(&split, &["read"]), &["read"][..]),
+            (
+                "writes",
+                w,
+                kw,
+                traced(&split, &["write", "other"]),
+                &["write", "other"][..],
+            ),
             (
                 "discards",
                 dd,
                 kd,
                 traced(&["block_bio_queue"], &["discard"]),
-                true,
+                &["discard"][..],
             ),
         ] {
+            let ends = traced(&["block_bio_complete"], ops);
             eprintln!(
-                "{tag} {d}: {op} observer {ours}, diskstats {theirs}, ftrace rule {t}{}",
+                "{tag} {d}: {op} observer {ours}, diskstats {theirs}, ftrace rule {t}, ftrace \
+                 block_bio_complete {ends}, block_bio_remap from it {}{}",
+                traced(&["remapped_down"], ops),
                 if ours == theirs {
-                    ""
+                    " (= diskstats)"
                 } else if ours == t {
-                    " (the rule, not diskstats)"
+                    " (= the rule, not diskstats)"
+                } else if ours == ends && op != "discards" {
+                    " (= the ends traced)"
                 } else {
                     " (NEITHER)"
                 }
             );
-            if asserted && ours != theirs && ours != t {
+            let short_ok = what == "raid0"
+                && op == "writes"
+                && ours < theirs
+                && theirs - ours <= RAID0_PIECES_SHORT * theirs;
+            if ours != theirs && ours != t && (ours != ends || op == "discards") && !short_ok {
                 failures.push(format!(
-                    "{d}: {op} {ours} != diskstats {theirs}, != ftrace rule count {t}"
+                    "{d}: {op} {ours} != diskstats {theirs}, != ftrace rule count {t}, != \
+                     block_bio_complete {ends}"
                 ));
             }
         }

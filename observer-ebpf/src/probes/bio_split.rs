@@ -8,7 +8,9 @@
 //! counted here, in its parent's entry (`bios`): it is counted as an I/O of its own when it ends
 //! on its own (its completion or remap finds the parent, inflight.rs `piece_of`), else with its
 //! parent, at the parent's end (rq_complete.rs, `bio_counted`). No entry is made for it: one
-//! whose end is never traced would be left behind.
+//! whose end is never traced would be left behind. A piece split off a piece without an entry
+//! is counted only when it ends or is remapped on its own (its grandparent's `bios` hold the
+//! piece in between).
 use aya_ebpf::EbpfContext;
 use observer_common::class::{Op, OP_MASK};
 use observer_ebpf::{arg, kernel::bio_disk, layout, programs, read};
@@ -26,7 +28,7 @@ fn on_split(c: &impl EbpfContext, i: usize) {
         inherit::split(bio, read(bio, l.bio_private));
         return;
     }
-    if let Some((_, p)) = tracked_parent(bio, &l) {
+    if let Some((_, p, true)) = tracked_parent(bio, &l) {
         let p = unsafe { &mut *p };
         if p.class & OP_MASK != Op::Discard as u16 {
             p.bios = p.bios.saturating_add(1);

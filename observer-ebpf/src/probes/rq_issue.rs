@@ -1,5 +1,5 @@
 //! `block_rq_issue(struct request *rq)`: dispatch to the driver (blk_mq_start_request). At a
-//! request's first dispatch its size and bios are final (observer_common::merges): they are
+//! request's first dispatch its size and bios are final (observer_common::dispatch): they are
 //! kept in its entry, and it is checked for a missed adjacent merge (merge.rs).
 use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
