@@ -29,7 +29,7 @@ use crate::{
     chain::{entered_at, folded_into, hidden_end, link},
     inherit,
     maps::{addr_number, count, dev_slot, log_class, owner_count, stats, INFLIGHT, ZERO_INFLIGHT},
-    probes::bio_queue::queued_at,
+    queued::queued_at,
 };
 
 /// Starts tracking a request that entered the block layer, with its original cmd_flags. `now`

@@ -22,6 +22,7 @@ mod maps;
 mod merge;
 mod nested;
 mod probes;
+mod queued;
 mod stall;
 
 observer_ebpf::layout_global!();

@@ -4,7 +4,7 @@ use aya_ebpf::EbpfContext;
 use observer_common::class::classify;
 use observer_ebpf::{arg, kernel::bio_dev, layout, programs, read};
 
-use crate::{maps::stats, probes::bio_queue::forget};
+use crate::{maps::stats, queued::forget};
 
 #[inline(always)]
 fn on_bio_merge(c: &impl EbpfContext, i: usize) {

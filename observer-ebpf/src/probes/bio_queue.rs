@@ -15,38 +15,27 @@ use core::ptr::addr_of_mut;
 use aya_ebpf::{
     bindings::BPF_ANY,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::map,
-    maps::{Array, HashMap},
     EbpfContext,
 };
 use observer_common::{
     class::classify,
-    maps::{BioQueued, Counter, Slot, BIO_QUEUED_ENTRIES, SLOTS, SLOTS_MAP_FLAGS},
+    maps::{BioQueued, Counter},
 };
 use observer_ebpf::{
     arg,
     kernel::{bio_disk, disk_dev},
     layout, programs, read,
-    slots::{give_back, lease},
+    slots::lease,
     store::put,
 };
 
 use super::{bio_remap::ended_unrequested, rq_complete::bio_completed};
 use crate::{
     inflight::enter_bio,
-    inherit,
     maps::{addr_number, count},
     nested::{self, Pair},
+    queued::{forget, BIO_QUEUED, BIO_SLOTS},
 };
-
-/// Bios between entry and request whose slot another bio holds: address → entry
-/// (observer_common::maps::BIO_QUEUED).
-#[map]
-pub static BIO_QUEUED: HashMap<u64, BioQueued> = HashMap::with_max_entries(BIO_QUEUED_ENTRIES, 0);
-/// Bios between entry and request, direct-mapped, each slot leased for one bio's wait
-/// (observer_common::maps::BIO_SLOTS).
-#[map]
-pub static BIO_SLOTS: Array<Slot<BioQueued>> = Array::with_max_entries(SLOTS, SLOTS_MAP_FLAGS);
 
 #[inline(always)]
 fn on_bio_queue(c: &impl EbpfContext, i: usize) {
@@ -92,30 +81,6 @@ fn on_bio_queue(c: &impl EbpfContext, i: usize) {
     // BPF_ANY: an entry left by an earlier bio at this address (it ended unseen) is replaced.
     if BIO_QUEUED.insert(&bio, &v, BPF_ANY as u64).is_err() {
         count(Counter::BioQueuedFull);
-    }
-}
-
-/// When the bio entered the block layer, if it was seen; its entry is removed (the request's
-/// entry takes over).
-#[inline(always)]
-pub fn queued_at(bio: u64) -> Option<u64> {
-    if bio == 0 {
-        return None;
-    }
-    if let Some(t) = give_back(&BIO_SLOTS, addr_number(bio), |b| b.queue_ns) {
-        return Some(t);
-    }
-    let t = unsafe { BIO_QUEUED.get(&bio) }?.queue_ns;
-    let _ = BIO_QUEUED.remove(&bio);
-    Some(t)
-}
-
-/// Forgets a bio that merged into an existing request, or ended (removes its entry, if any).
-#[inline(always)]
-pub fn forget(bio: u64) {
-    inherit::forget(bio);
-    if bio != 0 && give_back(&BIO_SLOTS, addr_number(bio), |_| ()).is_none() {
-        let _ = BIO_QUEUED.remove(&bio);
     }
 }
 
