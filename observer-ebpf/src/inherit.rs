@@ -19,10 +19,11 @@
 //! `block_bio_complete` program has no stack left for it): such a mark stays until the LRU
 //! drops it or the address is remapped again. Nothing is marked on a kernel that does not
 //! trace the remap (drivers/md/dm-crypt.c on 5.10 submits its write clones with no
-//! `block_bio_remap`), and the log class is not followed through one level of bios that are
-//! neither the same bio nor remapped from the log region (LVM on md: md raid1's leg clones
-//! carry an `r1bio`, not the dm bio, in `bi_private`); the upper I/O is (each level links to
-//! the one above).
+//! `block_bio_remap`). A second level (LVM on md: md raid1's leg clones carry an `r1bio`, not
+//! the dm bio, in `bi_private`) is followed by sector: a bio-based disk below a log region
+//! carries that region, moved by the remap's offset (`LOG_BELOW`), learned from the first
+//! remap out of it (so linear maps only: LVM linear, dm-crypt). The upper I/O is followed
+//! through every level (each level links to the one above).
 use aya_ebpf::{
     bindings::BPF_ANY,
     macros::map,
@@ -30,11 +31,11 @@ use aya_ebpf::{
 };
 use observer_common::{
     class::LOG,
-    maps::{Remap, Upper, REMAP_ENTRIES, UPPER_ENTRIES},
+    maps::{Remap, SectorRange, Upper, REMAP_ENTRIES, UPPER_ENTRIES},
 };
 use observer_ebpf::store::put;
 
-use crate::maps::{indexed_slot, log_class, INFLIGHT};
+use crate::maps::{indexed_slot, log_range, INFLIGHT};
 
 /// Bio remapped from an indexed disk → where from, until it starts a request, gets an entry,
 /// merges or ends (observer_common::maps::REMAPS).
@@ -54,18 +55,41 @@ fn marked() -> bool {
     MARKED.get(0).is_some_and(|v| *v != 0)
 }
 
+/// Bio-based disk → the log range it carries for the disk above ([`mark`]): that disk's log
+/// range moved by the offset of a remap from inside it (LVM linear, dm-crypt: one offset per
+/// target). Never written by the daemon; an entry of a disk that went stays until the LRU
+/// drops it.
+#[map]
+static LOG_BELOW: LruHashMap<u32, SectorRange> = LruHashMap::with_max_entries(LOG_BELOW_ENTRIES, 0);
+/// Bio-based disks with a log range of a disk above, at most.
+const LOG_BELOW_ENTRIES: u32 = 64;
+
 /// `bio` was remapped from sector `from` (512 B) of disk `from_dev` (`MKDEV`): marked with
-/// both, and as a log bio if that sector is in the disk's log region or the bio's own live
-/// entry on that disk is a log bio. A remap from a disk without a slot leaves the mark as it
-/// is: a partition (block/blk-core.c blk_partition_remap traces every bio sent to one, after md
-/// or dm remapped it onto the partition: md raid1 on sda1 and sdb1), or a disk the daemon has
-/// not indexed yet.
+/// both, and as a log bio if that sector is in the disk's log region (its own, or one carried
+/// for a disk above: `LOG_BELOW`) or the bio's own live entry on that disk is a log bio. When
+/// the sector is in such a region and `bio` went to a bio-based disk (`below`: its `MKDEV`),
+/// that disk carries the region from now on, moved by the remap's offset (`to`, the bio's
+/// sector there): so a second level of new bios (md raid1 under LVM: the leg bios carry an
+/// `r1bio`, not the dm bio) is labelled by sector, as the first is. A remap from a disk
+/// without a slot leaves the mark as it is: a partition (block/blk-core.c blk_partition_remap
+/// traces every bio sent to one, after md or dm remapped it onto the partition: md raid1 on
+/// sda1 and sdb1), or a disk the daemon has not indexed yet.
 #[inline(always)]
-pub fn mark(bio: u64, from_dev: u32, from: u64) {
+pub fn mark(bio: u64, from_dev: u32, from: u64, below: Option<(u32, u64)>) {
     let Some(slot) = indexed_slot(from_dev) else {
         return;
     };
-    let log = log_class(from_dev, slot, from) != 0
+    let range = log_range(from_dev, slot, from).or_else(|| {
+        unsafe { LOG_BELOW.get(&from_dev) }
+            .copied()
+            .filter(|r| r.contains(from))
+    });
+    if let (Some(r), Some((dev, to))) = (range, below) {
+        if let Some(m) = r.moved(from, to) {
+            let _ = LOG_BELOW.insert(&dev, &m, BPF_ANY as u64);
+        }
+    }
+    let log = range.is_some()
         || unsafe { INFLIGHT.get(&bio) }
             .is_some_and(|e| e.is_live() && e.dev == from_dev && e.class & LOG != 0);
     let r = Remap {

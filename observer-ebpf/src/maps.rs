@@ -9,7 +9,8 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use observer_common::maps::{
     ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges, OwnerKey, OwnerStats,
-    Settings, DEV_SLOTS, EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES, NO_SLOT, OWNER_STATS_ENTRIES,
+    SectorRange, Settings, DEV_SLOTS, EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES, NO_SLOT,
+    OWNER_STATS_ENTRIES,
 };
 use observer_ebpf::store::{entry, put};
 
@@ -255,12 +256,22 @@ pub fn indexed_slot(dev: u32) -> Option<u32> {
 /// disk (at `slot`, see [`dev_slot`]), else 0. One array lookup (inlined by the verifier).
 #[inline(always)]
 pub fn log_class(dev: u32, slot: u32, sector: u64) -> u16 {
+    if log_range(dev, slot, sector).is_some() {
+        observer_common::class::LOG
+    } else {
+        0
+    }
+}
+
+/// The filesystem log range of disk `dev` (at `slot`) that `sector` (512 B) is inside, if any.
+#[inline(always)]
+pub fn log_range(dev: u32, slot: u32, sector: u64) -> Option<SectorRange> {
     if slot == NO_SLOT {
-        return 0;
+        return None;
     }
     match LOG_RANGES.get(slot) {
-        Some(r) if r.dev == dev && r.contains(sector) => observer_common::class::LOG,
-        _ => 0,
+        Some(r) if r.dev == dev => r.find(sector),
+        _ => None,
     }
 }
 

@@ -217,9 +217,8 @@ impl Stack {
 
     /// A linear LV (LVM) filling a volume group on `self`'s top disk.
     fn lvm_on(mut self) -> Stack {
-        // The log is on the LV now: two levels above the legs, which the label does not
-        // follow (observer-ebpf inherit.rs), and at LVM's own offset.
-        self.leg_offsets = None;
+        // The log is on the LV now: two levels above the legs (the label follows by sector:
+        // observer-ebpf inherit.rs, LOG_BELOW), at the LV's offset on md (below).
         let pv = format!("/dev/{}", self.top());
         let vg = unique("blkobsvg").replace('-', "_");
         let run = |args: &[&str]| {
@@ -247,6 +246,21 @@ impl Stack {
             .is_some(),
             "{lv} did not appear"
         );
+        // dmsetup's table of a linear LV: "0 <sectors> linear <maj:min> <start on the PV>".
+        let table = Command::new("dmsetup")
+            .args(["table", &format!("{vg}-lv")])
+            .output()
+            .expect("dmsetup");
+        let table = String::from_utf8_lossy(&table.stdout).to_string();
+        let f: Vec<&str> = table.split_whitespace().collect();
+        assert!(
+            f.len() == 5 && f[2] == "linear",
+            "one linear segment expected: {table:?}"
+        );
+        let start: u64 = f[4].parse().unwrap();
+        if let Some(o) = self.leg_offsets.as_mut() {
+            o.iter_mut().for_each(|x| *x += start);
+        }
         self.disks.push(kernel_name(&lv));
         self
     }

@@ -166,17 +166,87 @@ impl LogRanges {
     /// eBPF side runs the same bounded loop.
     #[inline(always)]
     pub fn contains(&self, sector: u64) -> bool {
+        self.find(sector).is_some()
+    }
+
+    /// The range `sector` (512 B units on the whole disk) is inside, if any.
+    #[inline(always)]
+    pub fn find(&self, sector: u64) -> Option<SectorRange> {
         let mut i = 0;
         while i < LOG_RANGES_MAX {
             if i as u32 >= self.count {
                 break;
             }
-            let r = &self.ranges[i];
-            if sector >= r.start && sector < r.end {
-                return true;
+            let r = self.ranges[i];
+            if r.contains(sector) {
+                return Some(r);
             }
             i += 1;
         }
-        false
+        None
+    }
+}
+
+impl SectorRange {
+    /// Whether `sector` is in `[start, end)`.
+    #[inline(always)]
+    pub fn contains(&self, sector: u64) -> bool {
+        sector >= self.start && sector < self.end
+    }
+
+    /// The same range on the disk below a linear remap that sent sector `from` of this disk
+    /// to sector `to` there (both 512 B units): moved by `to - from`; `None` if that would
+    /// leave the sector space.
+    #[inline(always)]
+    pub fn moved(&self, from: u64, to: u64) -> Option<SectorRange> {
+        let (start, end) = if to >= from {
+            let d = to - from;
+            (self.start.checked_add(d)?, self.end.checked_add(d)?)
+        } else {
+            let d = from - to;
+            (self.start.checked_sub(d)?, self.end.checked_sub(d)?)
+        };
+        Some(SectorRange { start, end })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_moves_with_the_remap_and_is_found() {
+        let r = SectorRange {
+            start: 1000,
+            end: 2000,
+        };
+        // LVM: the LV's sector 1500 is the PV's 1500 + 2048.
+        assert_eq!(
+            r.moved(1500, 3548),
+            Some(SectorRange {
+                start: 3048,
+                end: 4048
+            })
+        );
+        assert_eq!(
+            r.moved(1500, 500),
+            Some(SectorRange {
+                start: 0,
+                end: 1000
+            })
+        );
+        assert_eq!(r.moved(1500, 499), None);
+        let mut l = LogRanges {
+            count: 1,
+            dev: 1,
+            ..Default::default()
+        };
+        l.ranges[0] = r;
+        l.ranges[1] = SectorRange { start: 0, end: 10 };
+        assert_eq!(l.find(1999), Some(r));
+        assert_eq!(l.find(2000), None);
+        // Past `count`: ignored.
+        assert_eq!(l.find(5), None);
+        assert!(!l.contains(5) && l.contains(1000));
     }
 }

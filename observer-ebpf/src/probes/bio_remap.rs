@@ -29,7 +29,7 @@ use aya_ebpf::{
 use observer_common::maps::{Counter, Inflight, END_CHAINED, END_REMAPPED};
 use observer_ebpf::{
     arg,
-    kernel::{bio_disk, in_flush_seq},
+    kernel::{bio_disk, disk_dev, in_flush_seq},
     layout, programs, read,
 };
 
@@ -73,10 +73,14 @@ fn live_add(n: u64) {
 fn on_bio_remap(c: &impl EbpfContext, i: usize) {
     let bio = arg(c, i);
     let l = layout();
-    // From the upper disk's log region: the bio's request or entry below is a log I/O too.
-    mark(bio, arg(c, i + 1) as u32, arg(c, i + 2));
-    let q: u64 = read(bio_disk(bio, &l), l.disk_queue);
-    if read::<u64>(q, l.q_mq_ops) == 0 {
+    let disk = bio_disk(bio, &l);
+    let q: u64 = read(disk, l.disk_queue);
+    let bio_based = read::<u64>(q, l.q_mq_ops) == 0;
+    // From the upper disk's log region: the bio's request or entry below is a log I/O too (a
+    // bio-based disk below carries the region on: inherit.rs).
+    let below = bio_based.then(|| (disk_dev(disk, &l), read::<u64>(bio, l.bio_sector)));
+    mark(bio, arg(c, i + 1) as u32, arg(c, i + 2), below);
+    if bio_based {
         // Onto another bio-based disk: its end is traced there (bio_queue.rs).
         return;
     }
