@@ -5,10 +5,10 @@
 use core::ptr::addr_of_mut;
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
+    bindings::{BPF_ANY, BPF_NOEXIST},
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::map,
-    maps::Array,
+    maps::{Array, LruHashMap},
 };
 use observer_common::{
     class::{classify, Op, OP_MASK},
@@ -209,8 +209,44 @@ pub fn take_bio(bio: u64) -> Option<Inflight> {
     }
 }
 
+/// What [`tracked_parent`] found up a bio's `bi_private` chain.
+pub struct Parent {
+    /// The tracked bio.
+    pub bio: u64,
+    /// Its entry (in `INFLIGHT`, or in `ENDED_PARENTS` for one that ended).
+    pub entry: *mut Inflight,
+    /// Whether the entry's counts (`bios`, `bytes`) hold the bio looked up from.
+    pub holds: bool,
+    /// The bio in between, without an entry (0: `bio` is the direct parent).
+    pub between: u64,
+}
+
 /// Bios up the `bi_private` chain [`tracked_parent`] looks at: the parent and grandparent.
 const MAX_UP: usize = 2;
+
+/// Remapped bios that ended (with the request below that carried them: probes/bio_remap.rs)
+/// while pieces split off them were still to come: bio → its entry as it ended
+/// ([`keep_ended_parent`]).
+#[map]
+static ENDED_PARENTS: LruHashMap<u64, Inflight> =
+    LruHashMap::with_max_entries(ENDED_PARENTS_ENTRIES, 0);
+/// Ended parents kept, at most (the LRU drops the oldest).
+const ENDED_PARENTS_ENTRIES: u32 = 1024;
+
+/// `e`, the entry of the remapped bio `bio`, ended with the request below that carried it. md
+/// raid0 on 5.10 sends the md bio itself down once it split its front pieces off, and that
+/// bio's request can complete before a piece split off one of those pieces (untraced, at a
+/// chunk boundary, after the piece was resubmitted) is remapped: the bio's end is then
+/// counted with the pieces still pending in it (`bios`), and it is kept here so that such a
+/// grandchild still finds it ([`tracked_parent`]) and counts as an I/O of its own. The bio
+/// itself is not freed before its chained pieces end (block/bio.c bio_chain holds it), so its
+/// address is not reused meanwhile. Nothing is kept for a bio without pending pieces.
+#[inline(always)]
+pub fn keep_ended_parent(bio: u64, e: &Inflight) {
+    if e.bios > 0 {
+        let _ = ENDED_PARENTS.insert(&bio, e, BPF_ANY as u64);
+    }
+}
 
 /// The live entry of the tracked bio-based parent of `bio` (`bio->bi_private`, set by
 /// block/bio.c bio_chain), or of its grandparent ([`MAX_UP`]): a piece split off a piece that
@@ -220,9 +256,10 @@ const MAX_UP: usize = 2;
 /// `bio`'s count (`bios`, and the bytes of a folded chain): a direct parent counts its pieces
 /// (bio_split.rs), and a bio that a chained one was folded into took that one's counts
 /// (chain.rs, [`folded_into`]); a grandparent above a piece without an entry does not: its
-/// count holds that piece, which is one I/O besides the grandchild.
+/// count holds that piece, which is one I/O besides the grandchild. A grandparent may be one
+/// that already ended ([`keep_ended_parent`]).
 #[inline(always)]
-pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<(u64, *mut Inflight, bool)> {
+pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<Parent> {
     let mut b = bio;
     let mut between = 0;
     for step in 0..MAX_UP {
@@ -243,7 +280,24 @@ pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<(u64, *mut Inflight,
         if let Some(p) = INFLIGHT.get_ptr_mut(&b) {
             let e = unsafe { &*p };
             let holds = step == 0 || folded_into(between, b);
-            return (e.is_live() && e.dispatch_ns == 0).then_some((b, p, holds));
+            return (e.is_live() && e.dispatch_ns == 0).then_some(Parent {
+                bio: b,
+                entry: p,
+                holds,
+                between,
+            });
+        }
+        if step > 0 {
+            // A grandparent that ended with pieces still to come ([`keep_ended_parent`]): its
+            // count held the piece in between, not this one.
+            if let Some(p) = ENDED_PARENTS.get_ptr_mut(&b) {
+                return Some(Parent {
+                    bio: b,
+                    entry: p,
+                    holds: false,
+                    between,
+                });
+            }
         }
         between = b;
     }
@@ -256,14 +310,23 @@ pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<(u64, *mut Inflight,
 /// split off it (`bios`, from `block_split`) goes down by one, so it is not counted again at
 /// the parent's end; so do its bytes if it is a bio chained to the parent and folded into it
 /// (chain.rs), whose own entry time it gets back. The counts of a grandparent that does not
-/// hold the piece's count stay ([`tracked_parent`]). `None` if the bio has no such parent, the parent is a discard, or the bio
+/// hold the piece's count stay ([`tracked_parent`]). A bio that still covers part of the
+/// parent or of the piece in between is a clone of it ([`covers`]), no piece. `None` if the bio has no such parent, the parent is a discard, or the bio
 /// (sent on from sector `from` of the upper disk, when remapped) is a clone of the parent, not
 /// a piece of it ([`covers`]).
 #[inline(always)]
 pub fn piece_of(bio: u64, from: Option<u64>, l: &KernelLayout) -> Option<Inflight> {
-    let (parent, p, holds) = tracked_parent(bio, l)?;
+    let Parent {
+        bio: parent,
+        entry: p,
+        holds,
+        between,
+    } = tracked_parent(bio, l)?;
     if let Some(from) = from {
-        if covers(parent, from, read::<u32>(bio, l.bio_size) as u64 >> 9, l) {
+        // A clone of the parent, or of the piece in between (md raid5's aligned read of a
+        // piece it split off the md bio without a trace), is no piece.
+        let sectors = read::<u32>(bio, l.bio_size) as u64 >> 9;
+        if covers(parent, from, sectors, l) || (between != 0 && covers(between, from, sectors, l)) {
             return None;
         }
     }
@@ -311,7 +374,7 @@ fn covers(parent: u64, from: u64, sectors: u64, l: &KernelLayout) -> bool {
 #[inline(always)]
 pub fn is_piece_of_discard(bio: u64, l: &KernelLayout) -> bool {
     tracked_parent(bio, l)
-        .is_some_and(|(_, p, _)| unsafe { (*p).class } & OP_MASK == Op::Discard as u16)
+        .is_some_and(|p| unsafe { (*p.entry).class } & OP_MASK == Op::Discard as u16)
 }
 
 /// The `INFLIGHT` entry of `rq` to fill: its existing entry (kept for reuse), or a new one

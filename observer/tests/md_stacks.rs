@@ -410,10 +410,10 @@ fn ours(before: &Metrics, after: &Metrics, dev: &str, op: &str) -> f64 {
         - before.sum("blkobs_requests_total", &[("device", dev), ("op", op)])
 }
 
-/// 5.10's md raid0 writes may be this share (0.5 %) short of diskstats: a piece split off a
-/// piece (blk-merge.c's traced split, then raid0's untraced one at a chunk boundary) remapped
-/// after the md bio it belongs to ended has no entry to be counted from (README, "What the
-/// differences are"; measured 27 of 20,646).
+/// 5.10's md raid0 writes may be this share (0.5 %) short of diskstats (README, "What the
+/// differences are": pieces of pieces, blk-merge.c's traced split and then raid0's untraced
+/// one at a chunk boundary, are counted from their grandparent, and a few still are not:
+/// measured 10 of 20,846 and 6 of 21,250).
 const RAID0_PIECES_SHORT: f64 = 0.005;
 
 fn run(what: &str, make: impl FnOnce() -> Stack) {
@@ -609,7 +609,7 @@ fn run(what: &str, make: impl FnOnce() -> Stack) {
         // included (5.11+), one per I/O, also per piece md splits without a `block_split`
         // trace: 6.1's raid0/raid1/raid10). The one exception (README, "What the differences
         // are"): 5.10's md raid0 writes may be short of diskstats by at most
-        // RAID0_PIECES_SHORT of them (pieces of pieces whose grandparent ended first).
+        // RAID0_PIECES_SHORT of them (pieces of pieces: README).
         for (op, ours, theirs, t, ops) in [
             ("reads", r, kr, traced(&split, &["read"]), &["read"][..]),
             (

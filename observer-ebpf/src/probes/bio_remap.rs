@@ -36,7 +36,7 @@ use observer_ebpf::{
 use super::rq_complete::{bio_counted, bio_ended};
 use crate::{
     chain::unlink,
-    inflight::piece_of,
+    inflight::{keep_ended_parent, piece_of},
     inherit::mark,
     maps::{count, INFLIGHT},
 };
@@ -189,6 +189,7 @@ fn take(bio: u64) -> Option<Inflight> {
     }
     let _ = INFLIGHT.remove(&bio);
     live_add(u64::MAX);
+    keep_ended_parent(bio, &e);
     Some(e)
 }
 

@@ -15,7 +15,10 @@ use aya_ebpf::EbpfContext;
 use observer_common::class::{Op, OP_MASK};
 use observer_ebpf::{arg, kernel::bio_disk, layout, programs, read};
 
-use crate::{inflight::tracked_parent, inherit};
+use crate::{
+    inflight::{tracked_parent, Parent},
+    inherit,
+};
 
 #[inline(always)]
 fn on_split(c: &impl EbpfContext, i: usize) {
@@ -28,7 +31,12 @@ fn on_split(c: &impl EbpfContext, i: usize) {
         inherit::split(bio, read(bio, l.bio_private));
         return;
     }
-    if let Some((_, p, true)) = tracked_parent(bio, &l) {
+    if let Some(Parent {
+        entry: p,
+        holds: true,
+        ..
+    }) = tracked_parent(bio, &l)
+    {
         let p = unsafe { &mut *p };
         if p.class & OP_MASK != Op::Discard as u16 {
             p.bios = p.bios.saturating_add(1);
