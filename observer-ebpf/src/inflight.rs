@@ -287,17 +287,17 @@ pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<Parent> {
                 between,
             });
         }
-        if step > 0 {
-            // A grandparent that ended with pieces still to come ([`keep_ended_parent`]): its
-            // count held the piece in between, not this one.
-            if let Some(p) = ENDED_PARENTS.get_ptr_mut(&b) {
-                return Some(Parent {
-                    bio: b,
-                    entry: p,
-                    holds: false,
-                    between,
-                });
-            }
+        // A parent that ended with pieces still to come ([`keep_ended_parent`]): a direct
+        // piece was counted at its end (in `bios`), so it is none here (looking further up
+        // would find the bio the parent is chained to, e.g. the next writeback bio); a
+        // grandchild counts from it, whose count held the piece in between, not this one.
+        if let Some(p) = ENDED_PARENTS.get_ptr_mut(&b) {
+            return (step > 0).then_some(Parent {
+                bio: b,
+                entry: p,
+                holds: false,
+                between,
+            });
         }
         between = b;
     }
