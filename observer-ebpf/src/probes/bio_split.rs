@@ -16,7 +16,7 @@ use observer_common::class::{Op, OP_MASK};
 use observer_ebpf::{arg, kernel::bio_disk, layout, programs, read};
 
 use crate::{
-    inflight::{tracked_parent, Parent},
+    inflight::{forget_ended, split_counted, tracked_parent, Parent},
     inherit,
 };
 
@@ -31,15 +31,20 @@ fn on_split(c: &impl EbpfContext, i: usize) {
         inherit::split(bio, read(bio, l.bio_private));
         return;
     }
+    forget_ended(bio);
     if let Some(Parent {
+        bio: parent,
         entry: p,
-        holds: true,
-        ..
+        holds,
+        between,
     }) = tracked_parent(bio, &l)
     {
+        // Its direct parent, or the bio a chained one it was split off was folded into
+        // (chain.rs), counts it; a grandparent above a piece without an entry does not.
         let p = unsafe { &mut *p };
-        if p.class & OP_MASK != Op::Discard as u16 {
+        if (between == 0 || holds) && p.class & OP_MASK != Op::Discard as u16 {
             p.bios = p.bios.saturating_add(1);
+            split_counted(bio, parent);
         }
     }
 }
