@@ -314,8 +314,7 @@ pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<Parent> {
         }
         if let Some(p) = INFLIGHT.get_ptr_mut(&b) {
             let e = unsafe { &*p };
-            let holds =
-                counted_in(bio, b) || folded_into(if step == 0 { bio } else { between }, b);
+            let holds = counted_in(bio, b) || folded_into(if step == 0 { bio } else { between }, b);
             return (e.is_live() && e.dispatch_ns == 0).then_some(Parent {
                 bio: b,
                 entry: p,
