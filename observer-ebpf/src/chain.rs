@@ -15,7 +15,7 @@
 //! chained to a bio
 //! not tracked is linked to it ([`link`]: `CHAINED`, marked [`END_CHAINED`]). When that next
 //! bio enters, the chained one is folded into it ([`fold`]): its entry goes, and it is counted
-//! with the next bio, as a piece split off it is (rq_complete.rs, `bio_counted`): its I/O in
+//! with the next bio, as a piece split off it is (bio_end.rs, [`bio_counted`]): its I/O in
 //! `bios`, its bytes in `bytes`. If its own end is traced after all, it is a piece ending on
 //! its own (inflight.rs, `piece_of`: taken back out of the next bio's counts), timed from its
 //! own entry ([`entered_at`]). So a chain is counted bio by bio on every kernel, and no entry
@@ -32,7 +32,7 @@ use observer_common::{
 };
 use observer_ebpf::{read, store::put};
 
-use crate::{maps::INFLIGHT, probes::rq_complete::bio_counted};
+use crate::{bio_end::bio_counted, maps::INFLIGHT};
 
 /// Bio not yet seen entering → the tracked bio chained to it (observer_common::maps::CHAINED).
 #[map]

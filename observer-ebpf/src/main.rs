@@ -15,6 +15,7 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod bio_end;
 mod chain;
 mod inflight;
 mod inherit;

@@ -33,8 +33,9 @@ use observer_ebpf::{
     layout, programs, read,
 };
 
-use super::rq_complete::{bio_counted, bio_ended};
+use super::rq_complete::bio_ended;
 use crate::{
+    bio_end::bio_counted,
     chain::unlink,
     inflight::{keep_ended_parent, piece_of},
     inherit::mark,

@@ -7,7 +7,7 @@
 //! (block/bio.c, `bio_chain_endio` checked first), later kernels trace it. So a piece is only
 //! counted here, in its parent's entry (`bios`): it is counted as an I/O of its own when it ends
 //! on its own (its completion or remap finds the parent, inflight.rs `piece_of`), else with its
-//! parent, at the parent's end (rq_complete.rs, `bio_counted`). No entry is made for it: one
+//! parent, at the parent's end (bio_end.rs, `bio_counted`). No entry is made for it: one
 //! whose end is never traced would be left behind. A piece split off a piece without an entry
 //! is counted only when it ends or is remapped on its own (its grandparent's `bios` hold the
 //! piece in between).

@@ -14,10 +14,11 @@ use observer_ebpf::{
     arg,
     kernel::{bio_dev, bio_merges, in_flush_seq, is_flush, original_flags, rq_dev},
     layout, programs, read,
-    store::{observe, observe_n},
+    store::observe,
 };
 
 use crate::{
+    bio_end::bio_counted,
     chain::{entered_at, saw_traced_end, unlink},
     inflight::{enter, is_piece_of_discard, live, mark_free, piece_of, take_bio},
     maps::{count, emit, error_seen, owner_count, stats, SETTINGS},
@@ -205,30 +206,6 @@ pub fn bio_ended(mut e: Inflight, bytes: u64, status: u64) -> u64 {
         });
     }
     now
-}
-
-/// The counting part of [`bio_ended`] (`e.bytes` set): requests, bytes, error, owner, the
-/// total stage. Its stats entry and total (ns), or `None` (stats map full, clock anomaly).
-#[inline(always)]
-pub fn bio_counted(e: &Inflight, status: u64, now: u64) -> Option<(&'static mut ClassStats, u64)> {
-    if status != 0 {
-        error_seen(e.dev, e.class, status);
-    }
-    // With the pieces split off it whose own end was not seen (`bios`, bio_split.rs): they
-    // ended before it, and count as I/Os of their own with its latency.
-    let n = 1 + e.bios as u64;
-    let s = unsafe { &mut *stats(e.dev, e.class)? };
-    s.requests += n;
-    s.bytes += e.bytes;
-    owner_count(e.dev, e.class, e.owner_cgroup, e.bytes);
-    if now < e.enter_ns {
-        count(Counter::ClockAnomalies);
-        return None;
-    }
-    s.last_complete_ns = now;
-    let total = now - e.enter_ns;
-    observe_n(&mut s.stages[Stage::Total as usize], total, n);
-    Some((s, total))
 }
 
 /// The live entry of a completing request. Without one, a final completion (or the flush
