@@ -47,6 +47,9 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
+// SAFETY: the `license` section holds only this NUL-terminated string, which the loader passes to
+// the kernel as the programs' license (aya-obj reads the section by name); no code refers to it,
+// and no other symbol is placed there.
 #[unsafe(link_section = "license")]
 #[no_mangle]
 static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
