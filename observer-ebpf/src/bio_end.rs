@@ -24,6 +24,10 @@ pub fn bio_counted(e: &Inflight, status: u64, now: u64) -> Option<(&'static mut 
     // With the pieces split off it whose own end was not seen (`bios`, bio_split.rs): they
     // ended before it, and count as I/Os of their own with its latency.
     let n = 1 + e.bios as u64;
+    // SAFETY: `stats` returns this CPU's value of the (dev, class) CLASS_STATS entry (a non-null
+    // lookup of a per-CPU hash: no other CPU writes it), valid while the program runs; the caller's
+    // use of it ends with its run. A program nesting on this CPU may count into the same value
+    // meanwhile: integer counts, nothing invalid.
     let s = unsafe { &mut *stats(e.dev, e.class)? };
     s.requests += n;
     s.bytes += e.bytes;

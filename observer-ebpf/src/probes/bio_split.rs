@@ -41,6 +41,10 @@ fn on_split(c: &impl EbpfContext, i: usize) {
     {
         // Its direct parent, or the bio a chained one it was split off was folded into
         // (chain.rs), counts it; a grandparent above a piece without an entry does not.
+        // SAFETY: `p` is the parent's entry from `tracked_parent` (an INFLIGHT or ENDED_PARENTS
+        // element, non-null), valid while the program runs, with no other reference to it in this
+        // program; another CPU splitting or ending a piece of the same parent at once may update it
+        // too: a saturating u16 count, so a race loses a count, never makes an invalid value.
         let p = unsafe { &mut *p };
         if (between == 0 || holds) && p.class & OP_MASK != Op::Discard as u16 {
             p.bios = p.bios.saturating_add(1);

@@ -62,6 +62,7 @@ struct Latency {
 
 #[inline(always)]
 fn complete(rq: u64, error: u64, nr_bytes: u64) {
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { bpf_ktime_get_ns() };
     let l = layout();
     let data_len: u32 = read(rq, l.rq_data_len);
@@ -85,6 +86,9 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
     let Some(s) = stats(e.dev, e.class) else {
         return;
     };
+    // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs `stats`: a
+    // non-null lookup of a per-CPU hash, so no other CPU writes it), valid while the program runs;
+    // a program nesting on this CPU may count into it too (integer counts, nothing invalid).
     let s = unsafe { &mut *s };
     s.requests += 1;
     s.bytes += e.bytes;
@@ -158,6 +162,10 @@ pub fn bio_completed(bio: u64, l: &KernelLayout) {
             None => {
                 let dev = bio_dev(bio, l);
                 if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), l)) {
+                    // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry
+                    // (maps.rs `stats`: a non-null lookup of a per-CPU hash, so no other CPU writes
+                    // it), valid while the program runs; a program nesting on this CPU may count
+                    // into it too (integer counts, nothing invalid).
                     unsafe { (*s).untracked += 1 };
                 }
                 if status != 0 {
@@ -183,6 +191,7 @@ pub fn bio_completed(bio: u64, l: &KernelLayout) {
 /// it as at the device from its entry; a slow one is reported. Returns now (ns).
 #[inline(always)]
 pub fn bio_ended(mut e: Inflight, bytes: u64, status: u64) -> u64 {
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { bpf_ktime_get_ns() };
     e.bytes = bytes;
     let Some((s, total)) = bio_counted(&e, status, now) else {
@@ -233,6 +242,10 @@ fn entry_or_untracked(
             classify(original_flags(rq, l), l)
         };
         if let Some(s) = stats(dev, class) {
+            // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs
+            // `stats`: a non-null lookup of a per-CPU hash, so no other CPU writes it), valid while
+            // the program runs; a program nesting on this CPU may count into it too (integer
+            // counts, nothing invalid).
             unsafe { (*s).untracked += 1 };
         }
         if error != 0 {
