@@ -222,7 +222,13 @@ impl OwnerLayout {
     };
 }
 
+// No implicit padding: 8 × 4 bytes.
+const _: () = assert!(core::mem::size_of::<OwnerLayout>() == 8 * 4);
+
+// SAFETY: aya::Pod (the loader writes it into `.rodata` byte for byte): repr(C), 40 u32 then
+// one u64, no padding (the const size check above); integers only, any bits are a value.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for KernelLayout {}
+// SAFETY: aya::Pod: repr(C), 8 u32, no padding (the const size check above); integers only.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for OwnerLayout {}

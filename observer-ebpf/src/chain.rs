@@ -15,7 +15,7 @@
 //! chained to a bio
 //! not tracked is linked to it ([`link`]: `CHAINED`, marked [`END_CHAINED`]). When that next
 //! bio enters, the chained one is folded into it ([`fold`]): its entry goes, and it is counted
-//! with the next bio, as a piece split off it is (rq_complete.rs, `bio_counted`): its I/O in
+//! with the next bio, as a piece split off it is (bio_end.rs, [`bio_counted`]): its I/O in
 //! `bios`, its bytes in `bytes`. If its own end is traced after all, it is a piece ending on
 //! its own (inflight.rs, `piece_of`: taken back out of the next bio's counts), timed from its
 //! own entry ([`entered_at`]). So a chain is counted bio by bio on every kernel, and no entry
@@ -32,7 +32,7 @@ use observer_common::{
 };
 use observer_ebpf::{read, store::put};
 
-use crate::{maps::INFLIGHT, probes::rq_complete::bio_counted};
+use crate::{bio_end::bio_counted, maps::INFLIGHT};
 
 /// Bio not yet seen entering → the tracked bio chained to it (observer_common::maps::CHAINED).
 #[map]
@@ -53,6 +53,8 @@ fn ends_traced() -> bool {
 #[inline(always)]
 pub fn saw_traced_end() {
     if let Some(p) = ENDS_TRACED.get_ptr_mut(0) {
+        // SAFETY: `p` is ENDS_TRACED element 0 (a non-null lookup): a u64 valid for the map's life;
+        // every writer stores the same 1.
         unsafe { put(p, 1) };
     }
 }
@@ -70,6 +72,9 @@ pub fn link(bio: u64, parent: u64, e: &mut Inflight) {
         return;
     }
     fold(bio, e);
+    // SAFETY: HashMap::get, read at once (`is_live`) (aya's caveat: an element removed and reused
+    // meanwhile reads as another key's value, integers only, never a fault: hash elements are
+    // preallocated and stay mapped while the program runs, under RCU).
     if parent == 0 || unsafe { INFLIGHT.get(&parent) }.is_some_and(|p| p.is_live()) {
         return;
     }
@@ -87,9 +92,15 @@ pub fn link(bio: u64, parent: u64, e: &mut Inflight) {
 /// ends, for [`entered_at`].
 #[inline(always)]
 fn fold(bio: u64, e: &mut Inflight) {
+    // SAFETY: LruHashMap::get, copied at once: an element evicted and reused meanwhile reads as
+    // another link (integers only, never a fault: the LRU's elements are preallocated), which the
+    // checks below reject unless its child is live and matches.
     let Some(v) = (unsafe { CHAINED.get(&bio) }).copied() else {
         return;
     };
+    // SAFETY: HashMap::get, copied at once (aya's caveat: an element removed and reused meanwhile
+    // reads as another key's value, integers only, never a fault: hash elements are preallocated
+    // and stay mapped while the program runs, under RCU).
     let Some(c) = (unsafe { INFLIGHT.get(&v.child) }).copied() else {
         return;
     };
@@ -112,6 +123,8 @@ fn fold(bio: u64, e: &mut Inflight) {
 /// counts, and those of pieces split off it). The link stays until either ends.
 #[inline(always)]
 pub fn folded_into(child: u64, bio: u64) -> bool {
+    // SAFETY: LruHashMap::get, one u64 compared at once: an evicted and reused element reads as
+    // another link (then no match), never a fault.
     unsafe { CHAINED.get(&bio) }.is_some_and(|v| v.child == child)
 }
 
@@ -131,6 +144,8 @@ pub fn unlink(bio: u64, e: Option<&Inflight>, l: &KernelLayout) {
     if !chained {
         return;
     }
+    // SAFETY: LruHashMap::get, one u64 compared at once: an evicted and reused element reads as
+    // another link (then no match), never a fault.
     if unsafe { CHAINED.get(&parent) }.is_some_and(|v| v.child == bio) {
         let _ = CHAINED.remove(&parent);
     }
@@ -141,6 +156,8 @@ pub fn unlink(bio: u64, e: Option<&Inflight>, l: &KernelLayout) {
 #[inline(always)]
 pub fn entered_at(bio: u64, l: &KernelLayout) -> Option<u64> {
     let parent: u64 = read(bio, l.bio_private);
+    // SAFETY: LruHashMap::get; `v` is read right away (two u64): an evicted and reused element
+    // reads as another link, rejected unless its child is `bio`; never a fault.
     let v = unsafe { CHAINED.get(&parent) }?;
     (v.child == bio).then_some(v.enter_ns)
 }

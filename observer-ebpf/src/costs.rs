@@ -51,11 +51,17 @@ static C_SUBMITTER: PerCpuArray<Inflight> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 fn rq(c: &BtfTracePointContext) -> u64 {
+    // SAFETY: `c` is a tp_btf context of `block_rq_issue`, whose arguments are u64 each
+    // (kernel/trace/bpf_trace.c `__bpf_trace_run`); argument 0 is its first (`struct request *`
+    // since 5.11, the kernels the bench runs on), and the verifier checks the read against the
+    // prototype.
     unsafe { *(c.as_ptr() as *const u64) }
 }
 
 #[inline(always)]
 fn pread<T: Default>(base: u64, off: u32) -> T {
+    // SAFETY: bpf_probe_read_kernel copies `size_of::<T>()` bytes from any kernel address into a
+    // value of its own: a fault returns an error (then `T::default()`), never UB.
     unsafe { bpf_probe_read_kernel((base + off as u64) as *const T).unwrap_or_default() }
 }
 
@@ -63,11 +69,16 @@ fn pread<T: Default>(base: u64, off: u32) -> T {
 /// pointers loaded from them are BTF-typed) and makes it fault-safe.
 #[inline(always)]
 fn direct<T: Copy>(base: u64, off: u32) -> T {
+    // SAFETY: tp_btf only: `base` is a BTF-typed kernel pointer (the request argument, or a load
+    // through one), so the verifier checks this load against its BTF type and makes it a PROBE_MEM
+    // load whose fault reads 0 (kernel/bpf/verifier.c); `T` is an integer or pointer-sized number.
     unsafe { core::ptr::read((base + off as u64) as *const T) }
 }
 
 #[inline(always)]
 fn field(off: &u32) -> u32 {
+    // SAFETY: `off` is a reference to a u32 field of LAYOUT: valid and aligned; volatile so the
+    // verifier sees the patched `.rodata` constant.
     unsafe { core::ptr::read_volatile(off) }
 }
 
@@ -84,12 +95,15 @@ pub fn c00_empty(_c: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn c01_ktime(_c: BtfTracePointContext) -> i32 {
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     sink(unsafe { bpf_ktime_get_ns() })
 }
 
 /// The observer's `layout()`: a volatile copy of the whole LAYOUT struct.
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn c02_layout_copy(c: BtfTracePointContext) -> i32 {
+    // SAFETY: `LAYOUT` is this object's `KernelLayout` static (layout_global!), which nothing
+    // writes at run time; any bits are a value (integers only).
     let l = unsafe { core::ptr::read_volatile(&LAYOUT) };
     sink(rq(&c) + l.rq_cmd_flags as u64 + l.op_mask as u64)
 }
@@ -145,6 +159,8 @@ pub fn c06_hash_insert(c: BtfTracePointContext) -> i32 {
 pub fn c07_hash_lookup(c: BtfTracePointContext) -> i32 {
     let r = rq(&c);
     if let Some(e) = C_INFLIGHT.get_ptr_mut(&r) {
+        // SAFETY: `e` is the C_INFLIGHT element of `r` (a non-null lookup), valid while the program
+        // runs (preallocated, RCU); one u64 field is stored.
         unsafe { (*e).dispatch_ns = r };
     }
     0
@@ -173,6 +189,8 @@ fn stats(dev: u32, class: u16) -> Option<*mut ClassStats> {
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn c09_pcpu_lookup(_c: BtfTracePointContext) -> i32 {
     if let Some(s) = stats(7 << 20, 1) {
+        // SAFETY: `s` is this CPU's value of the C_STATS entry (`stats`: a non-null lookup of a
+        // per-CPU hash, so no other CPU writes it), valid while the program runs.
         unsafe { (*s).requests += 1 };
     }
     0
@@ -183,6 +201,8 @@ pub fn c09_pcpu_lookup(_c: BtfTracePointContext) -> i32 {
 pub fn c10_pcpu_hist3(c: BtfTracePointContext) -> i32 {
     let r = rq(&c);
     if let Some(s) = stats(7 << 20, 1) {
+        // SAFETY: `s` is this CPU's value of the C_STATS entry (`stats`: a non-null lookup of a
+        // per-CPU hash, so no other CPU writes it), valid while the program runs.
         let s = unsafe { &mut *s };
         s.requests += 1;
         s.bytes += 4096;
@@ -198,6 +218,8 @@ pub fn c10_pcpu_hist3(c: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn c11_counter(_c: BtfTracePointContext) -> i32 {
     if let Some(p) = C_COUNTERS.get_ptr_mut(0) {
+        // SAFETY: `p` is this CPU's C_COUNTERS element 0 (a non-null lookup of a per-CPU array), a
+        // u64 valid while the program runs.
         unsafe { *p += 1 };
     }
     0
@@ -211,11 +233,15 @@ pub fn c11b_slot_lookup(c: BtfTracePointContext) -> i32 {
     let Some(s) = C_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
+    // SAFETY: `s` is this CPU's C_SCRATCH element (a non-null lookup), a u64 valid while the
+    // program runs; the store and the volatile load touch only it.
     let r = unsafe {
         put(s, rq(&c));
         core::ptr::read_volatile(s)
     };
     if let Some(e) = claim(&C_SLOTS, r) {
+        // SAFETY: `e` is the value of the C_SLOTS slot `claim` returned for `r` (this CPU's or
+        // `r`'s own claim), valid for the map's life; one u64 field is stored.
         unsafe { put(core::ptr::addr_of_mut!((*e).dispatch_ns), r) };
     }
     0
@@ -227,6 +253,9 @@ pub fn c11c_submitter(_c: BtfTracePointContext) -> i32 {
     let Some(e) = C_SUBMITTER.get_ptr_mut(0) else {
         return 0;
     };
+    // SAFETY: `e` is this CPU's C_SUBMITTER element (a non-null lookup), valid while the program
+    // runs: the `put`s write two of its fields, and bpf_get_current_comm writes exactly 16 bytes
+    // into its `comm` ([u8; 16]); the other two helpers take no argument.
     unsafe {
         put(
             core::ptr::addr_of_mut!((*e).pid),

@@ -77,6 +77,7 @@ pub fn enter(
         // value (block/blk-mq.c, blk_account_io_start sets it just after trace_block_io_start
         // when only I/O accounting needs it; seen as > 67 s latencies of split write-back
         // writes). The clock.
+        // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
         enter_ns = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
     }
     let Some(e) = slot(rq, replace) else { return };
@@ -92,6 +93,9 @@ pub fn enter(
         (inherit::take_class(bio), Remap::default())
     };
     let class = classify(original_flags(rq, l), l) | log_class(dev, disk_slot, sector) | class_up;
+    // SAFETY: `e` is `rq`'s entry from [`slot`] (its own INFLIGHT_SLOTS slot, or its INFLIGHT
+    // element; non-null), valid while the program runs, and no reference to it is live here:
+    // `fill`'s, `submitter`'s and `put`'s contracts hold.
     unsafe {
         fill(
             e,
@@ -115,7 +119,15 @@ pub fn enter(
 }
 
 /// Writes the current task's pid (tgid), cgroup v2 id and command name into `e`.
+///
+/// # Safety
+///
+/// `e` must point at a writable, aligned `Inflight` (a map value from a non-null lookup or a
+/// claimed slot) that no live reference points into.
 #[inline(always)]
+// SAFETY: bpf_get_current_pid_tgid and bpf_get_current_cgroup_id take no argument;
+// bpf_get_current_comm writes exactly the 16 bytes it is given, `comm` ([u8; 16]) of the valid
+// `*e`; the `put`s write fields of `*e` (the caller's contract).
 unsafe fn submitter(e: *mut Inflight) {
     put(
         addr_of_mut!((*e).pid),
@@ -137,12 +149,16 @@ unsafe fn submitter(e: *mut Inflight) {
 /// not yet submitted then (chain.rs), counted as ended now. A bio chained so is linked.
 #[inline(always)]
 pub fn enter_bio(bio: u64, disk: u64, l: &KernelLayout) {
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
     forget_ended(bio);
     // Before `bio` is a map key (chain.rs, `link`).
     let parent: u64 = read(bio, l.bio_private);
     let e = match INFLIGHT.get_ptr_mut(&bio) {
         Some(p) => {
+            // SAFETY: `p` is `bio`'s INFLIGHT element (a non-null lookup), valid while the program
+            // runs; `old` is last used before `fill` writes it below, and a bio's own events never
+            // run at once.
             let old = unsafe { &*p };
             if old.is_live() {
                 if old.end_by == END_CHAINED {
@@ -158,6 +174,9 @@ pub fn enter_bio(bio: u64, disk: u64, l: &KernelLayout) {
             let Some(zero) = ZERO_INFLIGHT.get_ptr(0) else {
                 return;
             };
+            // SAFETY: `zero` is this CPU's ZERO_INFLIGHT element 0 (a non-null lookup), valid while
+            // the program runs; no program writes it (it stays all zero), so the insert's shared
+            // borrow aliases no write.
             match INFLIGHT.insert(&bio, unsafe { &*zero }, BPF_NOEXIST as u64) {
                 Ok(()) | Err(-17) => {}
                 Err(_) => {
@@ -178,6 +197,9 @@ pub fn enter_bio(bio: u64, disk: u64, l: &KernelLayout) {
     let class = classify(read(bio, l.bio_opf), l)
         | log_class(dev, disk_slot, sector)
         | inherit::class_of(&up);
+    // SAFETY: `e` is `bio`'s INFLIGHT element (found, or inserted above; non-null), valid while the
+    // program runs; `old` is dead, so `fill`, `submitter` and `put` write through the only pointer,
+    // and `&mut *e` is the only reference while `link` runs.
     unsafe {
         fill(
             e,
@@ -201,6 +223,9 @@ pub fn enter_bio(bio: u64, disk: u64, l: &KernelLayout) {
 /// state if it was live.
 #[inline(always)]
 pub fn take_bio(bio: u64) -> Option<Inflight> {
+    // SAFETY: HashMap::get, copied at once (before the remove) (aya's caveat: an element removed
+    // and reused meanwhile reads as another key's value, integers only, never a fault: hash
+    // elements are preallocated and stay mapped while the program runs, under RCU).
     let e = *unsafe { INFLIGHT.get(&bio) }?;
     let _ = INFLIGHT.remove(&bio);
     if e.is_live() {
@@ -280,6 +305,8 @@ pub fn split_counted(piece: u64, parent: u64) {
 /// Whether `piece` is counted in `parent`'s `bios` ([`split_counted`]).
 #[inline(always)]
 fn counted_in(piece: u64, parent: u64) -> bool {
+    // SAFETY: LruHashMap::get, one u64 compared at once: an evicted and reused element reads as
+    // another piece's parent (then no match), never a fault.
     unsafe { SPLIT_PIECES.get(&piece) }.is_some_and(|p| *p == parent)
 }
 
@@ -304,6 +331,8 @@ pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<Parent> {
         b = if step == 0 {
             read(b, l.bio_private)
         } else {
+            // SAFETY: bpf_probe_read_kernel of one u64 at `b + bio_private`: `b` may be anything
+            // (`bi_private` is a `void *`), and a fault returns an error (then 0), never UB.
             unsafe {
                 aya_ebpf::helpers::bpf_probe_read_kernel((b + l.bio_private as u64) as *const u64)
                     .unwrap_or(0)
@@ -313,6 +342,9 @@ pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<Parent> {
             return None;
         }
         if let Some(p) = INFLIGHT.get_ptr_mut(&b) {
+            // SAFETY: `p` is `b`'s INFLIGHT element (a non-null lookup), valid while the program
+            // runs; only read here (`is_live`, `dispatch_ns`), and the reference ends in this
+            // iteration.
             let e = unsafe { &*p };
             let holds = counted_in(bio, b) || folded_into(if step == 0 { bio } else { between }, b);
             return (e.is_live() && e.dispatch_ns == 0).then_some(Parent {
@@ -365,6 +397,10 @@ pub fn piece_of(bio: u64, from: Option<u64>, l: &KernelLayout) -> Option<Infligh
             return None;
         }
     }
+    // SAFETY: `p` is the parent's entry from [`tracked_parent`] (an INFLIGHT or ENDED_PARENTS
+    // element, non-null), valid while the program runs, and this program holds no other reference
+    // to it. A piece of the same parent ending on another CPU at once may update it too: saturating
+    // integer counts, so a race can lose a count, never make an invalid value.
     let p = unsafe { &mut *p };
     // A discard is one I/O however it is cut: md sends a discard to each leg chained to its
     // parent (drivers/md/raid0.c, raid0_handle_discard; raid10 too), and splits at the
@@ -398,6 +434,8 @@ pub fn piece_of(bio: u64, from: Option<u64>, l: &KernelLayout) -> Option<Infligh
 /// `bi_private` = the md bio, and the md bio ends, traced, when the clone does).
 #[inline(always)]
 fn covers(parent: u64, from: u64, sectors: u64, l: &KernelLayout) -> bool {
+    // SAFETY: bpf_probe_read_kernel of one u64 at `parent + off` (a bio not typed in BTF): a fault
+    // returns an error (then 0), never UB.
     let at = |off: u32| unsafe {
         aya_ebpf::helpers::bpf_probe_read_kernel((parent + off as u64) as *const u64).unwrap_or(0)
     };
@@ -410,6 +448,8 @@ fn covers(parent: u64, from: u64, sectors: u64, l: &KernelLayout) -> bool {
 #[inline(always)]
 pub fn is_piece_of_discard(bio: u64, l: &KernelLayout) -> bool {
     tracked_parent(bio, l)
+        // SAFETY: `p.entry` is a non-null INFLIGHT or ENDED_PARENTS element from
+        // [`tracked_parent`], valid while the program runs; one u16 is read.
         .is_some_and(|p| unsafe { (*p.entry).class } & OP_MASK == Op::Discard as u16)
 }
 
@@ -426,6 +466,9 @@ pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
         None => INFLIGHT.get_ptr_mut(&rq),
     };
     if let Some(p) = found {
+        // SAFETY: `p` is `rq`'s own INFLIGHT_SLOTS slot value (claimed: only this struct's events
+        // write it) or its INFLIGHT element, valid while the program runs; only read, and the
+        // reference ends before the caller writes through `p`.
         let old = unsafe { &*p };
         if old.is_live() {
             if !replace {
@@ -437,6 +480,9 @@ pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
     }
     // A new key: insert the (zeroed, unused) scratch entry, then fill the map's copy in place.
     let zero = ZERO_INFLIGHT.get_ptr(0)?;
+    // SAFETY: `zero` is this CPU's ZERO_INFLIGHT element 0 (a non-null lookup), valid while the
+    // program runs; no program writes it (it stays all zero), so the insert's shared borrow aliases
+    // no write.
     match INFLIGHT.insert(&rq, unsafe { &*zero }, BPF_NOEXIST as u64) {
         Ok(()) | Err(-17) => {}
         Err(_) => {
@@ -452,6 +498,10 @@ pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
 #[inline(always)]
 pub fn count_lost(e: &Inflight) {
     if let Some(s) = stats(e.dev, e.class) {
+        // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry ([`stats`]: a
+        // non-null lookup of a per-CPU hash, so no other CPU writes it), valid while the program
+        // runs. A program nesting on this CPU may count into it meanwhile: integer counts, nothing
+        // invalid.
         let s = unsafe { &mut *s };
         s.requests += 1;
         s.lost += 1;
@@ -468,6 +518,10 @@ pub fn live(rq: u64) -> Option<&'static mut Inflight> {
         Some(p) => p,
         None => INFLIGHT.get_ptr_mut(&rq)?,
     };
+    // SAFETY: `p` is `rq`'s slot value (owned: only this struct's events write it) or its INFLIGHT
+    // element: array elements are never freed, hash elements are preallocated and stay mapped under
+    // RCU, so it is valid for the whole run; `'static` stands for that, callers keep it no longer.
+    // A request's events do not run at once, so no other reference to it is live.
     let e = unsafe { &mut *p };
     if e.is_live() {
         Some(e)
@@ -479,6 +533,8 @@ pub fn live(rq: u64) -> Option<&'static mut Inflight> {
 /// Marks an entry free (kept in the map for the next request on the same struct).
 #[inline(always)]
 pub fn mark_free(e: &mut Inflight) {
+    // SAFETY: `e` is a `&mut Inflight`: its fields are valid, aligned and unaliased for these
+    // writes.
     unsafe {
         put(&mut e.enter_ns, 0);
         put(&mut e.dispatch_ns, 0);

@@ -80,6 +80,8 @@ pub fn mark(bio: u64, from_dev: u32, from: u64, below: Option<(u32, u64)>) {
         return;
     };
     let range = log_range(from_dev, slot, from).or_else(|| {
+        // SAFETY: LruHashMap::get, copied at once: an evicted and reused element reads as another
+        // disk's range (integers only, never a fault), checked against `from` below.
         unsafe { LOG_BELOW.get(&from_dev) }
             .copied()
             .filter(|r| r.contains(from))
@@ -90,6 +92,9 @@ pub fn mark(bio: u64, from_dev: u32, from: u64, below: Option<(u32, u64)>) {
         }
     }
     let log = range.is_some()
+        // SAFETY: HashMap::get, three fields read at once (aya's caveat: an element removed and
+        // reused meanwhile reads as another key's value, integers only, never a fault: hash
+        // elements are preallocated and stay mapped while the program runs, under RCU).
         || unsafe { INFLIGHT.get(&bio) }
             .is_some_and(|e| e.is_live() && e.dev == from_dev && e.class & LOG != 0);
     let r = Remap {
@@ -100,6 +105,8 @@ pub fn mark(bio: u64, from_dev: u32, from: u64, below: Option<(u32, u64)>) {
     let _ = REMAPS.insert(&bio, &r, BPF_ANY as u64);
     if !marked() {
         if let Some(p) = MARKED.get_ptr_mut(0) {
+            // SAFETY: `p` is MARKED element 0 (a non-null lookup): a u64 valid for the map's life;
+            // every writer stores the same 1.
             unsafe { put(p, 1) };
         }
     }
@@ -113,6 +120,8 @@ pub fn split(piece: u64, parent: u64) {
     if parent == 0 || !marked() {
         return;
     }
+    // SAFETY: LruHashMap::get, copied at once: an evicted and reused element reads as another bio's
+    // mark (integers only), never a fault.
     if let Some(r) = unsafe { REMAPS.get(&parent) } {
         let r = *r;
         let _ = REMAPS.insert(&piece, &r, BPF_ANY as u64);
@@ -125,6 +134,8 @@ pub fn take(bio: u64) -> Remap {
     if bio == 0 || !marked() {
         return Remap::default();
     }
+    // SAFETY: LruHashMap::get, copied at once: an evicted and reused element reads as another bio's
+    // mark (integers only), never a fault.
     match unsafe { REMAPS.get(&bio) } {
         Some(r) => {
             let r = *r;
@@ -142,6 +153,8 @@ pub fn take_class(bio: u64) -> u16 {
     if bio == 0 || !marked() {
         return 0;
     }
+    // SAFETY: LruHashMap::get, one field read at once: an evicted and reused element reads as
+    // another bio's mark, never a fault.
     let log = unsafe { REMAPS.get(&bio) }.is_some_and(|r| r.log != 0);
     let _ = REMAPS.remove(&bio);
     if log {

@@ -29,6 +29,9 @@ macro_rules! layout_global {
 #[inline(always)]
 pub fn layout() -> KernelLayout {
     // Volatile: the value is patched into the object after compilation.
+    // SAFETY: `LAYOUT` is the `KernelLayout` static that every object linking this defines
+    // ([`layout_global!`](crate::layout_global)); nothing writes it at run time (`.rodata`, patched
+    // by the loader before load), and any bits are a value (u32 and u64 fields only).
     unsafe { core::ptr::read_volatile(core::ptr::addr_of!(LAYOUT)) }
 }
 
@@ -38,11 +41,22 @@ pub fn layout() -> KernelLayout {
 /// the branch the program really takes. 0 (or the default) if the read fails.
 #[inline(always)]
 pub fn read<T: Default + Copy>(base: u64, off: u32) -> T {
+    // SAFETY: one u32 field of the static `LAYOUT` ([`layout_global!`](crate::layout_global)),
+    // which nothing writes at run time (`.rodata`, patched by the loader before load); a volatile
+    // load, so the verifier sees the patched constant.
     let direct = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(LAYOUT.direct_loads)) };
     let p = (base + off as u64) as *const T;
     if direct != 0 {
+        // SAFETY: taken only when the loader set `direct_loads`, i.e. in the tp_btf programs:
+        // `base` is then a BTF-typed kernel pointer (a tracepoint argument or a load through one),
+        // and the verifier checks this load against its BTF type and makes it a PROBE_MEM load,
+        // whose fault reads 0 (kernel/bpf/verifier.c, the exception table) instead of crashing. `T`
+        // is an integer or pointer-sized number: any bits are a value.
         unsafe { core::ptr::read_volatile(p) }
     } else {
+        // SAFETY: bpf_probe_read_kernel copies `size_of::<T>()` bytes from any kernel address into
+        // a value of its own: a fault returns an error (then `T::default()`), never UB. `T` is
+        // plain data.
         unsafe { bpf_probe_read_kernel(p).unwrap_or_default() }
     }
 }
@@ -50,6 +64,10 @@ pub fn read<T: Default + Copy>(base: u64, off: u32) -> T {
 /// Tracepoint argument `n` (raw and BTF tracepoints both get an array of u64).
 #[inline(always)]
 pub fn arg(ctx: &impl EbpfContext, n: usize) -> u64 {
+    // SAFETY: `ctx` points at the tracepoint's arguments, one u64 each in TP_PROTO order
+    // (include/trace/events/block.h; kernel/trace/bpf_trace.c `__bpf_trace_run` passes `u64 args[]`
+    // to raw_tp and tp_btf alike). Every caller's `n` is below the argument count of the prototype
+    // its program was chosen for (probes/mod.rs), and the verifier refuses a context read past it.
     unsafe { *(ctx.as_ptr() as *const u64).add(n) }
 }
 
@@ -64,6 +82,9 @@ pub fn disk_dev(disk: u64, l: &KernelLayout) -> u32 {
     // Read from the `.rodata` global itself, not the caller's stack copy `l`: the verifier
     // then knows the value and drops the branch this kernel does not take (every kernel since
     // 5.11 keeps the plain `mkdev` path, with no extra branch to verify).
+    // SAFETY: one u32 field of the static `LAYOUT` ([`layout_global!`](crate::layout_global)),
+    // which nothing writes at run time (`.rodata`, patched by the loader before load); a volatile
+    // load, so the verifier sees the patched constant.
     let devt = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(LAYOUT.disk_devt)) };
     if devt == 0 {
         return mkdev(
@@ -74,10 +95,16 @@ pub fn disk_dev(disk: u64, l: &KernelLayout) -> u32 {
     let dev: u32 = read(disk, devt);
     // raw_tp (no direct loads): the hash's four helper reads and this branch, at every call
     // site, made 5.10's verifier run past 120 s under TCG; there hidden paths stay `0:0`.
+    // SAFETY: one u32 field of the static `LAYOUT` ([`layout_global!`](crate::layout_global)),
+    // which nothing writes at run time (`.rodata`, patched by the loader before load); a volatile
+    // load, so the verifier sees the patched constant.
     let direct = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(LAYOUT.direct_loads)) };
     if direct == 0 || dev != 0 {
         return dev;
     }
+    // SAFETY: one u32 field of the static `LAYOUT` ([`layout_global!`](crate::layout_global)),
+    // which nothing writes at run time (`.rodata`, patched by the loader before load); a volatile
+    // load, so the verifier sees the patched constant.
     let name = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(LAYOUT.disk_name)) };
     nameless_disk_dev(disk, name)
 }
@@ -208,6 +235,9 @@ pub fn bio_count(rq: u64, l: &KernelLayout) -> u16 {
 /// value, and nothing is copied to the stack).
 macro_rules! owner_off {
     ($f:ident) => {
+        // SAFETY: one u32 field of the static `OWNER_LAYOUT`
+        // ([`layout_global!`](crate::layout_global)), which nothing writes at run time (`.rodata`,
+        // patched by the loader before load).
         unsafe { core::ptr::read_volatile(core::ptr::addr_of!(OWNER_LAYOUT.$f)) }
     };
 }

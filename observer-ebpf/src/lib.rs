@@ -1,10 +1,16 @@
-//! Shared by the three eBPF objects (`observer`, `floor`, `costs`): reading kernel structs
-//! through the BTF-derived `LAYOUT` ([`layout_global!`]), writing map values without
+//! Shared by the eBPF objects (`observer`, `reqstate`, `floor`, `costs`): reading kernel
+//! structs through the BTF-derived `LAYOUT` ([`layout_global!`]), writing map values without
 //! `memset`/`memcpy`, the `tp_btf`/`raw_tp` program pair macro, and the one panic handler and
 //! license.
 //!
 //! Maps are not declared here: each object declares its own, so the empty `floor` programs
 //! carry no map the daemon's programs use.
+//!
+//! The bottom of every object's layers (the observer's are in main.rs). Within it, imports flow
+//! down these layers (observer/tests/layers.rs checks them as main.rs' own):
+//!
+//! 1. [`slots`]
+//! 2. [`kernel`], [`store`]
 #![no_std]
 #![feature(asm_experimental_arch)]
 
@@ -41,6 +47,9 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
+// SAFETY: the `license` section holds only this NUL-terminated string, which the loader passes to
+// the kernel as the programs' license (aya-obj reads the section by name); no code refers to it,
+// and no other symbol is placed there.
 #[unsafe(link_section = "license")]
 #[no_mangle]
 static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

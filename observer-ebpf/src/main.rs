@@ -11,10 +11,30 @@
 //! `(q, rq, ...)` before. The daemon loads the variant that matches the running kernel's BTF.
 //! Struct offsets and enum values come from the read-only global `LAYOUT`, filled by the daemon
 //! from kernel BTF (`observer_ebpf::kernel`).
+//!
+//! Imports flow one way, down these layers: a module uses only modules of the layers below its
+//! own, never one of its layer or above (observer/tests/layers.rs reads this list and fails on
+//! any other `crate::` path):
+//!
+//! 1. [`probes`]
+//! 2. [`inflight`]
+//! 3. [`chain`], [`queued`], [`stall`]
+//! 4. [`bio_end`], [`inherit`], [`merge`], [`nested`]
+//! 5. [`maps`]
+//!
+//! The probes (one file per tracepoint) are the only programs; the modules below them keep the
+//! state of one thing each (a request's entry, chained bios, bios waiting for a request, a
+//! disk's stalls, remapped bios, missed merges, nested ends, the count of a bio-based I/O's
+//! end), and [`maps`] holds the maps the daemon reads by name. A probe file may use a sibling's
+//! items (probes/bio_queue.rs and probes/bio_remap.rs end bios with probes/rq_complete.rs'
+//! `bio_ended`); no module outside `probes/` uses one. Under all of them is the library crate
+//! `observer_ebpf` (lib.rs, with layers of its own: kernel structs, slot arrays, stores), which
+//! uses none of them.
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod bio_end;
 mod chain;
 mod inflight;
 mod inherit;

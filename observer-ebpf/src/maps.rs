@@ -76,6 +76,9 @@ pub fn addr_number(p: u64) -> u64 {
         return 0;
     };
     for _ in 0..4 {
+        // SAFETY: `s` is this CPU's SCRATCH element (a non-null lookup of index 0): a u64, valid
+        // while the program runs; `put` and the volatile read touch only it. The asm moves a
+        // register to itself: no memory, no other register.
         unsafe {
             put(s, p);
             let v = core::ptr::read_volatile(s);
@@ -98,7 +101,12 @@ pub fn addr_number(p: u64) -> u64 {
 #[inline(always)]
 pub fn count(c: Counter) {
     if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {
+        // SAFETY: `p` is this CPU's COUNTERS element `c` (a non-null lookup, index <
+        // Counter::COUNT): a u64 valid while the program runs. Programs on one CPU never run in
+        // parallel, only nested.
         let n = unsafe { *p } + 1;
+        // SAFETY: the same element; a program nesting between the read and this store loses its
+        // count, nothing invalid.
         unsafe { *p = n };
         if n & (n - 1) == 0 {
             // aya-log's macros take a context they do not use (aya-log-ebpf-macros 0.2:
@@ -106,6 +114,8 @@ pub fn count(c: Counter) {
             // of varying length is copied with an out-of-line memcpy, which older verifiers
             // refuse (loader.rs, programs_call_no_memory_builtins); the daemon names the
             // counter (bpf/kernel_log.rs).
+            // SAFETY: bpf_get_smp_processor_id (the last argument) takes no argument and only
+            // returns this CPU's number.
             warn!(&(), "counter {}: {} on CPU {}", c as u32, n, unsafe {
                 aya_ebpf::helpers::bpf_get_smp_processor_id()
             });
@@ -159,6 +169,11 @@ pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
     let Some(s) = OWNER_SCRATCH.get_ptr_mut(0) else {
         return;
     };
+    // SAFETY: `s` is this CPU's OWNER_SCRATCH element (a non-null lookup), valid while the program
+    // runs; `key` and `value` are its fields, and the map calls only read them. `p` is this CPU's
+    // value of the OWNER_STATS entry of `key` (a non-null lookup of a per-CPU hash: no other CPU
+    // writes it). A program nesting on this CPU may rewrite the scratch between these stores and
+    // the map call (see OWNER_SCRATCH): one count goes to its key, nothing invalid.
     unsafe {
         put(addr_of_mut!((*s).key.dev), dev);
         put(addr_of_mut!((*s).key.class), class);
@@ -195,6 +210,8 @@ pub fn error_seen(dev: u32, class: u16, status: u64) {
         _pad: 0,
     };
     match ERRORS.get_ptr_mut(&key) {
+        // SAFETY: `p` is this CPU's value of the ERRORS entry of `key` (a non-null lookup of a
+        // per-CPU hash): no other CPU writes it.
         Some(p) => unsafe { *p += 1 },
         None => {
             let _ = ERRORS.insert(&key, &1, BPF_NOEXIST as u64);
@@ -220,6 +237,8 @@ pub fn dev_slot(dev: u32) -> u32 {
     let i = (dev.wrapping_mul(2_654_435_761) >> 26) & (SLOT_CACHE_ENTRIES - 1);
     let cached = SLOT_CACHE.get_ptr_mut(i);
     if let Some(c) = cached {
+        // SAFETY: `c` is this CPU's SLOT_CACHE element `i` (a non-null lookup, i <
+        // SLOT_CACHE_ENTRIES): a u64.
         let v = unsafe { *c };
         let slot = v as u32;
         if (v >> 32) as u32 == dev && slot != NO_SLOT {
@@ -230,10 +249,17 @@ pub fn dev_slot(dev: u32) -> u32 {
             }
         }
     }
+    // SAFETY: HashMap::get, the u32 copied at once (aya's caveat: an element removed and reused
+    // meanwhile reads as another key's value, integers only, never a fault: hash elements are
+    // preallocated and stay mapped while the program runs, under RCU). The daemon deletes only the
+    // slot of a gone disk; a slot read so is another disk's, which LOG_RANGES and DEVSTATE users
+    // check against `dev` (`r.dev == dev`, stall.rs `ds.dev == dev`).
     match unsafe { DEV_INDEX.get(&dev) } {
         Some(s) => {
             let slot = *s;
             if let Some(c) = cached {
+                // SAFETY: `c` is this CPU's SLOT_CACHE element (see above), a u64 valid while the
+                // program runs.
                 unsafe { put(c, ((dev as u64) << 32) | slot as u64) };
             }
             slot
@@ -249,6 +275,10 @@ pub fn dev_slot(dev: u32) -> u32 {
 /// is not a request's own (the disk above in `block_bio_remap`, or a partition there).
 #[inline(always)]
 pub fn indexed_slot(dev: u32) -> Option<u32> {
+    // SAFETY: HashMap::get, the u32 copied at once (aya's caveat: an element removed and reused
+    // meanwhile reads as another key's value, integers only, never a fault: hash elements are
+    // preallocated and stay mapped while the program runs, under RCU); its only user, inherit.rs
+    // `mark`, checks the slot's LOG_RANGES entry against the disk.
     unsafe { DEV_INDEX.get(&dev) }.copied()
 }
 

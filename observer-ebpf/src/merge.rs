@@ -56,10 +56,15 @@ fn record(ds: &DevState, class: u16, sector: u64, sectors: u32, now: u64) {
     let Some(c) = MERGE_CURSOR.get_ptr_mut(0) else {
         return;
     };
+    // SAFETY: `c` is this CPU's MERGE_CURSOR element 0 (a non-null lookup): a u64 valid while the
+    // program runs.
     let n = unsafe { *c };
     let Some(p) = MERGE_PAIRS.get_ptr_mut((n % MERGE_PAIRS_PER_CPU as u64) as u32) else {
         return;
     };
+    // SAFETY: `p` is this CPU's MERGE_PAIRS element (a non-null lookup, index below
+    // MERGE_PAIRS_PER_CPU) and `c` its cursor: per-CPU values no other CPU writes; each `put`
+    // writes one integer field.
     unsafe {
         put(addr_of_mut!((*p).dev), ds.dev);
         put(addr_of_mut!((*p).class), class);

@@ -97,11 +97,12 @@ fn slot_index(pair: Pair, key: Key) -> u32 {
 /// spare).
 #[inline(always)]
 pub fn ran(pair: Pair, key: Key) {
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY (here and in skipped): this CPU's value of a per-CPU array, valid while the
-    // program runs; programs on one CPU never run in parallel, only nested, and the fields
-    // are integers.
     if let Some(p) = PENDING.get_ptr_mut(slot_index(pair, key)) {
+        // SAFETY: `p` is this CPU's PENDING element (a non-null lookup of a per-CPU array),
+        // valid while the program runs; programs on one CPU never run in parallel, only
+        // nested, and both fields are u64 (a nesting program's store leaves a valid value).
         unsafe {
             write_volatile(addr_of_mut!((*p).key), key.0);
             write_volatile(addr_of_mut!((*p).written_ns), now);
@@ -114,12 +115,16 @@ pub fn ran(pair: Pair, key: Key) {
 /// first ran.
 #[inline(always)]
 pub fn skipped(pair: Pair, key: Key) -> bool {
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { bpf_ktime_get_ns() };
     let Some(p) = PENDING.get_ptr_mut(slot_index(pair, key)) else {
         return false;
     };
+    // SAFETY: `p` is this CPU's PENDING element (a non-null lookup of a per-CPU array), valid while
+    // the program runs; two u64 fields are read.
     let (k, at) = unsafe { ((*p).key, (*p).written_ns) };
     if k == key.0 && now.wrapping_sub(at) < MAX_WAIT_NS {
+        // SAFETY: the same valid per-CPU element; one u64 field is stored.
         unsafe { write_volatile(addr_of_mut!((*p).key), 0) };
         return false;
     }

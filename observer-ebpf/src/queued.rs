@@ -31,6 +31,9 @@ pub fn queued_at(bio: u64) -> Option<u64> {
     if let Some(t) = give_back(&BIO_SLOTS, addr_number(bio), |b| b.queue_ns) {
         return Some(t);
     }
+    // SAFETY: HashMap::get, one u64 copied at once (aya's caveat: an element removed and reused
+    // meanwhile reads as another key's value, integers only, never a fault: hash elements are
+    // preallocated and stay mapped while the program runs, under RCU).
     let t = unsafe { BIO_QUEUED.get(&bio) }?.queue_ns;
     let _ = BIO_QUEUED.remove(&bio);
     Some(t)

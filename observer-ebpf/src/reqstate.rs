@@ -26,11 +26,20 @@ observer_ebpf::layout_global!();
 /// Returns `request::state` of the request at argument 0 (see the module docs). Written without
 /// aya's `raw_tracepoint` macro, which discards the return value.
 #[no_mangle]
+// SAFETY: the `raw_tp` section holds only this function, which aya loads as a raw tracepoint
+// program by its section; nothing in Rust calls it, and its signature is the one BPF gives such a
+// program (a context pointer in, a u32 returned).
 #[unsafe(link_section = "raw_tp")]
 pub fn rq_state(ctx: *mut core::ffi::c_void) -> u32 {
+    // SAFETY: `ctx` is the raw_tp argument array the daemon hands BPF_PROG_TEST_RUN
+    // (observer/src/bpf/reqstate.rs: `args[0]` = the request), one u64 at least; the verifier
+    // refuses a read past the context's size.
     let rq = unsafe { *(ctx as *const u64) };
     let l = layout();
     let p = (rq + l.rq_state as u64) as *const u32;
+    // SAFETY: bpf_probe_read_kernel of one u32 at `rq + state`: `rq` may be a freed struct (the
+    // reaper asks about requests it lost track of), and a fault returns an error (u32::MAX below),
+    // never UB.
     match unsafe { bpf_probe_read_kernel(p) } {
         // Not for the flush request itself: its end_io stays set (block/blk-flush.c), and its
         // own state says whether the device has it.

@@ -14,7 +14,11 @@ use crate::store::put;
 #[inline(always)]
 pub fn owned<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut V> {
     let s = slot_of(map, addr)?;
+    // SAFETY: `s` is a non-null lookup of an element of the array `map` ([`slot_of`]): valid and
+    // aligned for the map's life (array elements are never freed); `key`, a u64 a racing claim may
+    // store to, is read in one volatile load.
     if unsafe { read_volatile(addr_of_mut!((*s).key)) } == addr {
+        // SAFETY: only the address of a field of the valid element `s`; nothing is read.
         Some(unsafe { addr_of_mut!((*s).value) })
     } else {
         None
@@ -42,14 +46,23 @@ pub fn claim<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut V> {
 #[inline(always)]
 fn take<V>(map: &Array<Slot<V>>, addr: u64, take_back: bool) -> Option<*mut V> {
     let s = slot_of(map, addr)?;
+    // SAFETY: `s` is a non-null lookup of an element of the array `map` ([`slot_of`]): valid and
+    // aligned for the map's life (array elements are never freed); `key` is read in one volatile
+    // load.
     let key = unsafe { read_volatile(addr_of_mut!((*s).key)) };
     if key == addr {
+        // SAFETY: only the address of a field of the valid element `s` (the caller's own slot: key
+        // = addr).
         return Some(unsafe { addr_of_mut!((*s).value) });
     }
+    // SAFETY: only the address of the `claims` u64 of the valid element `s`.
     if !try_claim(unsafe { addr_of_mut!((*s).claims) }, key, take_back) {
         return None;
     }
+    // SAFETY: this CPU's add made `claims` 1 ([`try_claim`]): it alone may write this free slot's
+    // `key`, a u64 of the valid element `s`.
     unsafe { put(addr_of_mut!((*s).key), addr) };
+    // SAFETY: only the address of a field of the valid element `s`, now the caller's slot.
     Some(unsafe { addr_of_mut!((*s).value) })
 }
 
@@ -57,6 +70,9 @@ fn take<V>(map: &Array<Slot<V>>, addr: u64, take_back: bool) -> Option<*mut V> {
 /// kernel). The BPF target has no atomic read-modify-write in `core`, so it is written out.
 #[inline(always)]
 fn xadd(p: *mut u64, v: u64) {
+    // SAFETY: `p` points at a u64 in a map value (a slot's `claims`: valid, 8-aligned, from
+    // `addr_of_mut!` on a non-null element); the instruction adds `v` to it atomically (BPF_XADD)
+    // and touches no other memory, and no register but its two inputs.
     unsafe {
         core::arch::asm!(
             "lock *(u64 *)({p} + 0) += {v}",
@@ -72,10 +88,13 @@ fn xadd(p: *mut u64, v: u64) {
 /// are free again once their holder gives them back).
 #[inline(always)]
 fn try_claim(claims: *mut u64, key: u64, take_back: bool) -> bool {
+    // SAFETY: `claims` is the `claims` u64 of a valid slot element ([`take`]), read in one volatile
+    // load.
     if key != 0 || unsafe { read_volatile(claims) } != 0 {
         return false;
     }
     xadd(claims, 1);
+    // SAFETY: as above: one volatile load of the valid `claims`, after this CPU's add.
     if unsafe { read_volatile(claims) } == 1 {
         return true;
     }
@@ -101,11 +120,20 @@ pub fn lease<V>(map: &Array<Slot<V>>, addr: u64) -> Option<*mut V> {
 #[inline(always)]
 pub fn give_back<V, R>(map: &Array<Slot<V>>, addr: u64, read: impl FnOnce(&V) -> R) -> Option<R> {
     let s = slot_of(map, addr)?;
+    // SAFETY: `s` is a non-null lookup of an element of the array `map` ([`slot_of`]): valid and
+    // aligned for the map's life (array elements are never freed); `key` is read in one volatile
+    // load.
     if unsafe { read_volatile(addr_of_mut!((*s).key)) } != addr {
         return None;
     }
+    // SAFETY: the slot is `addr`'s (its key checked above): only the events of that one object
+    // write its value, and none runs during this one, so the shared reference, which ends with
+    // `read`, aliases no write.
     let v = read(unsafe { &*addr_of_mut!((*s).value) });
+    // SAFETY: `key` of the valid element `s`; the slot is still `addr`'s (its claim is released
+    // only below), so no other CPU writes the key now.
     unsafe { put(addr_of_mut!((*s).key), 0) };
+    // SAFETY: only the address of the `claims` u64 of the valid element `s`, for the atomic add.
     xadd(unsafe { addr_of_mut!((*s).claims) }, u64::MAX);
     Some(v)
 }

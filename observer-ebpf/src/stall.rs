@@ -17,6 +17,10 @@ fn devstate(dev: u32, slot: u32) -> Option<&'static mut DevState> {
         return None;
     }
     let p = DEVSTATE.get_ptr_mut(slot)?;
+    // SAFETY: `p` is DEVSTATE element `slot` (a non-null lookup): valid for the map's life (array
+    // elements are never freed). It is shared: other CPUs and the daemon store into it at once;
+    // every field is an integer, so a race mixes values (the latest writer wins, as DevState
+    // documents), never makes an invalid one.
     let ds = unsafe { &mut *p };
     if ds.dev == dev {
         Some(ds)

@@ -13,15 +13,31 @@ use observer_common::{
 };
 
 /// Writes a value with a plain store that the compiler may not merge with its neighbours.
+///
+/// # Safety
+///
+/// `p` must be valid for a write of a `T` and aligned: a map value from a non-null lookup, or a
+/// field of one (`addr_of_mut!`), that no live reference points into. `T` is plain data:
+/// nothing is dropped.
 #[inline(always)]
+// SAFETY: the body is one `write_volatile`, whose contract is the caller's (# Safety).
 pub unsafe fn put<T>(p: *mut T, v: T) {
     core::ptr::write_volatile(p, v)
 }
 
 /// Fills an [`Inflight`] (a map value) field by field; submitter and dispatch fields zero. `slot` is the
-/// disk's slot in the per-device arrays (`NO_SLOT` if none).
+/// disk's slot in the per-device arrays (`NO_SLOT` if none). Times in ns, `sector` in 512 B,
+/// `size` in bytes.
+///
+/// # Safety
+///
+/// `e` must point at a writable, aligned `Inflight` (a map value from a non-null lookup or a
+/// claimed slot) that no live reference points into.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
+// SAFETY: every write is a [`put`] into a field of `*e`, valid by the caller's contract;
+// `comm` is `[u8; 16]` at an 8-aligned offset (asserted below), so its two u64 stores (`comm`,
+// `comm.add(1)`) are aligned and stay inside it.
 pub unsafe fn fill(
     e: *mut Inflight,
     enter_ns: u64,
@@ -53,6 +69,9 @@ pub unsafe fn fill(
     put(addr_of_mut!((*e).owner_cgroup), 0);
 }
 
+// `fill` writes `Inflight::comm` as two u64.
+const _: () = assert!(core::mem::offset_of!(Inflight, comm) % 8 == 0);
+
 /// Adds `ns` to a histogram.
 #[inline(always)]
 pub fn observe(h: &mut StageHist, ns: u64) {
@@ -83,6 +102,9 @@ pub fn entry<K, V>(map: &PerCpuHashMap<K, V>, key: &K, zero: &PerCpuArray<V>) ->
         return Some(p);
     }
     let zero = zero.get_ptr(0)?;
+    // SAFETY: `zero` is this CPU's element 0 of the template array (a non-null lookup), valid while
+    // the program runs; no program writes it (it stays all zero), so a shared reference for the
+    // insert's copy is sound.
     let _ = map.insert(key, unsafe { &*zero }, BPF_NOEXIST as u64);
     map.get_ptr_mut(key)
 }

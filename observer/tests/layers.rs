@@ -1,20 +1,71 @@
-//! The daemon's layering, as `observer/src/lib.rs` states it, held: every `crate::<module>`
+//! The layering of each crate, as its root file's doc states it, held: every `crate::<module>`
 //! path in a module's files (imports and paths in code alike; comments are not read) names a
-//! module of a lower layer. The layers are read from lib.rs' doc itself (its numbered list), so
-//! the order is written once. No root, no kernel.
+//! module of a lower layer. The layers are read from the crate doc itself (its numbered list),
+//! so the order is written once. Three crates: the daemon (`observer/src/lib.rs`), the eBPF
+//! programs (`observer-ebpf/src/main.rs`) and their library (`observer-ebpf/src/lib.rs`). No
+//! root, no kernel: the eBPF sources are read as text, not built.
 
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
 };
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+/// A crate whose root file's doc lists its layers.
+struct Crate {
+    /// Its `src/` directory.
+    src: PathBuf,
+    /// Its root file in `src/` (`lib.rs`, `main.rs`).
+    root: &'static str,
 }
 
-/// lib.rs' numbered list "//! N. [`a`], [`b`]": module → layer number (1 = top).
-fn layers() -> BTreeMap<String, usize> {
-    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+impl Crate {
+    /// The root file, as the messages name it (from the workspace root).
+    fn name(&self) -> String {
+        let ws = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let root = self.src.join(self.root);
+        root.strip_prefix(ws).unwrap_or(&root).display().to_string()
+    }
+}
+
+/// The daemon: observer/src/lib.rs.
+fn observer() -> Crate {
+    Crate {
+        src: Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        root: "lib.rs",
+    }
+}
+
+fn ebpf_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../observer-ebpf/src")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The eBPF programs (binary `observer`): observer-ebpf/src/main.rs.
+fn ebpf_programs() -> Crate {
+    Crate {
+        src: ebpf_src(),
+        root: "main.rs",
+    }
+}
+
+/// The eBPF programs' library (`observer_ebpf`): observer-ebpf/src/lib.rs.
+fn ebpf_lib() -> Crate {
+    Crate {
+        src: ebpf_src(),
+        root: "lib.rs",
+    }
+}
+
+fn crates() -> [Crate; 3] {
+    [observer(), ebpf_programs(), ebpf_lib()]
+}
+
+/// The root file's numbered list "//! N. [`a`], [`b`]": module → layer number (1 = top).
+fn layers(c: &Crate) -> BTreeMap<String, usize> {
+    let lib = std::fs::read_to_string(c.src.join(c.root)).unwrap();
+    let root = c.name();
     let mut out = BTreeMap::new();
     for line in lib.lines() {
         let Some(rest) = line.strip_prefix("//! ") else {
@@ -30,11 +81,11 @@ fn layers() -> BTreeMap<String, usize> {
             let name = item.trim().trim_start_matches("[`").trim_end_matches("`]");
             assert!(
                 !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
-                "lib.rs layer {n}: {item:?} is not a [`module`] link"
+                "{root} layer {n}: {item:?} is not a [`module`] link"
             );
             assert!(
                 out.insert(name.to_string(), n).is_none(),
-                "{name} in two layers"
+                "{root}: {name} in two layers"
             );
         }
     }
@@ -222,16 +273,18 @@ fn rust_files(p: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Every edge against the layers: (file, module it is in, module it names).
-fn back_edges(layers: &BTreeMap<String, usize>) -> Vec<String> {
+/// Every edge against the layers of crate `c`: (file, module it is in, module it names).
+fn back_edges(c: &Crate, layers: &BTreeMap<String, usize>) -> Vec<String> {
+    let src = &c.src;
+    let root = c.name();
     let mut bad = Vec::new();
     for (module, &layer) in layers {
         let mut files = Vec::new();
-        let dir = src().join(module);
+        let dir = src.join(module);
         if dir.is_dir() {
             rust_files(&dir, &mut files);
         }
-        let file = src().join(format!("{module}.rs"));
+        let file = src.join(format!("{module}.rs"));
         if file.is_file() {
             files.push(file);
         }
@@ -242,7 +295,7 @@ fn back_edges(layers: &BTreeMap<String, usize>) -> Vec<String> {
         for f in files {
             let text = std::fs::read_to_string(&f).unwrap();
             // Depth below the crate root: a.rs and a/mod.rs 1, a/b.rs and a/b/mod.rs 2.
-            let rel = f.strip_prefix(src()).unwrap();
+            let rel = f.strip_prefix(src).unwrap();
             let parts = rel.components().count();
             let depth = if rel.ends_with("mod.rs") {
                 parts - 1
@@ -255,7 +308,7 @@ fn back_edges(layers: &BTreeMap<String, usize>) -> Vec<String> {
                 }
                 let Some(&to) = layers.get(&used) else {
                     bad.push(format!(
-                        "{}: crate::{used}, a module lib.rs' layers do not list",
+                        "{}: crate::{used}, a module {root}'s layers do not list",
                         f.display()
                     ));
                     continue;
@@ -263,7 +316,7 @@ fn back_edges(layers: &BTreeMap<String, usize>) -> Vec<String> {
                 if to <= layer {
                     bad.push(format!(
                         "{}: {module} (layer {layer}) uses crate::{used} (layer {to})",
-                        f.strip_prefix(src()).unwrap().display()
+                        rel.display()
                     ));
                 }
             }
@@ -274,34 +327,74 @@ fn back_edges(layers: &BTreeMap<String, usize>) -> Vec<String> {
     bad
 }
 
+/// The modules the root file declares (`mod a;`, `pub mod a;`, `pub(crate) mod a;`, at the
+/// start of a line).
+fn declared(c: &Crate) -> Vec<String> {
+    let text = std::fs::read_to_string(c.src.join(c.root)).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let l = l
+                .strip_prefix("pub(crate) ")
+                .or(l.strip_prefix("pub "))
+                .unwrap_or(l);
+            l.strip_prefix("mod ")?
+                .strip_suffix(';')
+                .map(str::to_string)
+        })
+        .collect()
+}
+
 #[test]
 fn every_module_is_in_a_layer() {
-    let layers = layers();
-    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
-    let declared: Vec<&str> = lib
-        .lines()
-        .filter_map(|l| l.strip_prefix("pub mod "))
-        .map(|l| l.trim_end_matches(';'))
-        .collect();
-    assert!(declared.len() >= 10, "lib.rs declares {declared:?}");
-    for m in &declared {
-        assert!(layers.contains_key(*m), "lib.rs: module {m} is in no layer");
+    for (c, at_least) in crates().iter().zip([10, 8, 3]) {
+        let layers = layers(c);
+        let declared = declared(c);
+        let root = c.name();
+        assert!(declared.len() >= at_least, "{root} declares {declared:?}");
+        for m in &declared {
+            assert!(layers.contains_key(m), "{root}: module {m} is in no layer");
+        }
+        assert_eq!(
+            layers.len(),
+            declared.len(),
+            "{root}: layers {layers:?} vs modules {declared:?}"
+        );
     }
-    assert_eq!(
-        layers.len(),
-        declared.len(),
-        "layers {layers:?} vs modules {declared:?}"
-    );
 }
 
 #[test]
 fn imports_flow_down_the_layers() {
-    let bad = back_edges(&layers());
+    let bad: Vec<String> = crates()
+        .iter()
+        .flat_map(|c| {
+            let root = c.name();
+            back_edges(c, &layers(c))
+                .into_iter()
+                .map(move |e| format!("{root} layers: {e}"))
+        })
+        .collect();
     assert!(
         bad.is_empty(),
-        "imports against observer/src/lib.rs' layers (move the item to the layer that owns \
-         it, or change the layers there):\n{}",
+        "imports against the layers their crate's root file lists (move the item to the layer \
+         that owns it, or change the layers there):\n{}",
         bad.join("\n")
+    );
+}
+
+/// The eBPF programs' modules outside `probes/` never name it: the probes are the top, and
+/// what two of them share lives in a module below (bio_end.rs).
+#[test]
+fn no_ebpf_module_uses_the_probes() {
+    let c = ebpf_programs();
+    let layers = layers(&c);
+    assert_eq!(
+        layers.get("probes"),
+        Some(&1),
+        "main.rs: probes is not the top layer"
+    );
+    assert!(
+        layers.iter().all(|(m, &n)| n > 1 || m == "probes"),
+        "main.rs: a module shares the top layer with probes: {layers:?}"
     );
 }
 
@@ -321,13 +414,26 @@ fn the_parser_sees_grouped_and_nested_paths() {
     // From a.rs (depth 1): super:: is the root too.
     assert!(uses(text, 1).ends_with(&["o".to_string(), "p".to_string()]));
     // And a back edge is found: with `time` moved to the top layer, bpf's use of it is one.
-    let mut l = layers();
+    let c = observer();
+    let mut l = layers(&c);
     l.insert("time".into(), 0);
     assert!(
-        back_edges(&l)
+        back_edges(&c, &l)
             .iter()
             .any(|e| e.contains("bpf (layer") && e.ends_with("uses crate::time (layer 0)")),
         "{:?}",
-        back_edges(&l)
+        back_edges(&c, &l)
+    );
+    // In the eBPF programs too: with `maps` moved to the top, inflight's use of it is one.
+    let c = ebpf_programs();
+    let mut l = layers(&c);
+    l.insert("maps".into(), 0);
+    assert!(
+        back_edges(&c, &l)
+            .iter()
+            .any(|e| e.starts_with("inflight.rs: inflight (layer")
+                && e.ends_with("uses crate::maps (layer 0)")),
+        "{:?}",
+        back_edges(&c, &l)
     );
 }

@@ -65,22 +65,78 @@ pub const LOG_RANGES_MAX: usize = 8;
 /// Default capacity of `INFLIGHT` (requests tracked at once, all devices).
 pub const INFLIGHT_DEFAULT_ENTRIES: u32 = 16384;
 
+// The sizes the daemon relies on, each the sum of its fields' sizes: no implicit padding in a
+// type it reads or writes as bytes (the `aya::Pod` impls below, the `EVENTS` records, the
+// mmap'ed slot arrays whose stride it computes: observer/src/bpf/batch.rs), and the same size
+// on both sides of the map.
+const _: () = assert!(core::mem::size_of::<LogRanges>() == 4 + 4 + LOG_RANGES_MAX * 16);
+const _: () = assert!(core::mem::size_of::<SectorRange>() == 8 + 8);
+// enter, dispatch, bytes; dev, class, requeues, requeued; sector; size, pid; cgroup; comm;
+// slot, bios, missed, end_by; owner_cgroup.
+const _: () = assert!(core::mem::size_of::<Inflight>() == 3 * 8 + 8 + 8 + 8 + 8 + 16 + 8 + 8);
+const _: () = assert!(core::mem::size_of::<Upper>() == 8 + 8 + 4 + 4);
+const _: () = assert!(core::mem::size_of::<BioQueued>() == 8 + 8 + 4 + 4 + 4 + 2 + 2);
+const _: () = assert!(core::mem::size_of::<ClassKey>() == 4 + 2 + 2);
+const _: () = assert!(core::mem::size_of::<StageHist>() == 8 + crate::hist::NBUCKETS * 8);
+const _: () = assert!(
+    core::mem::size_of::<crate::dispatch::DispatchHist>()
+        == (crate::dispatch::SIZE_BUCKETS + 1 + crate::dispatch::MERGED_BUCKETS + 2) * 8
+);
+const _: () = assert!(
+    core::mem::size_of::<ClassStats>()
+        == crate::Stage::COUNT * core::mem::size_of::<StageHist>()
+            + 8 * 8
+            + core::mem::size_of::<crate::dispatch::DispatchHist>()
+);
+const _: () = assert!(core::mem::size_of::<ErrorKey>() == 4 + 2 + 1 + 1);
+const _: () = assert!(core::mem::size_of::<Settings>() == 6 * crate::Stage::COUNT * 8 + 3 * 8);
+const _: () = assert!(core::mem::size_of::<DevState>() == 4 + 4 + 8 + 8 + 8 + 4 + 2 + 2);
+const _: () = assert!(core::mem::size_of::<MissedMerge>() == 4 + 2 + 2 + 8 + 8 + 4 + 4 + 8 + 8);
+const _: () = assert!(core::mem::size_of::<OwnerKey>() == 4 + 2 + 2 + 8);
+const _: () = assert!(core::mem::size_of::<OwnerStats>() == 8 + 8);
+const _: () = assert!(core::mem::size_of::<Slot<Inflight>>() == 8 + 8 + 88);
+const _: () = assert!(core::mem::size_of::<Slot<BioQueued>>() == 8 + 8 + 32);
+const _: () = assert!(core::mem::size_of::<SlowEvent>() == 4 + 4 + 88 + 8 + 4 + 4);
+const _: () = assert!(core::mem::size_of::<StallEvent>() == 4 * 4 + 8 + 8);
+
+/// `aya::Pod` (aya/src/lib.rs): the daemon copies these values to and from the kernel as
+/// bytes, so each must have no padding (bytes that would be read uninitialized) and take any
+/// bit pattern. Every type here is `#[repr(C)]` with integer (and integer-array) fields only,
+/// so any bytes are a valid value; its size is asserted above to be the sum of its fields'.
 #[cfg(feature = "user")]
 mod pod {
+    // SAFETY: repr(C), u32 count and dev then 8 SectorRange (two u64): 136 bytes, no padding
+    // (asserted above); integers only.
     unsafe impl aya::Pod for super::LogRanges {}
+    // SAFETY: repr(C), integers and a [u8; 16], fields ordered so that none needs padding:
+    // 88 bytes (asserted above, and field offsets in `inflight_layout`).
     unsafe impl aya::Pod for super::Inflight {}
+    // SAFETY: repr(C), two u64 then two u32 (`_pad` explicit): 24 bytes, asserted above.
     unsafe impl aya::Pod for super::Upper {}
+    // SAFETY: repr(C), two u64, three u32, two u16 (`_pad` explicit): 32 bytes, asserted above.
     unsafe impl aya::Pod for super::BioQueued {}
+    // SAFETY: repr(C), u32 then two u16 (`_pad` explicit): 8 bytes, asserted above.
     unsafe impl aya::Pod for super::ClassKey {}
+    // SAFETY: repr(C), arrays of u64 and u64 fields only (StageHist, DispatchHist likewise):
+    // nothing to pad, the size asserted above.
     unsafe impl aya::Pod for super::ClassStats {}
+    // SAFETY: repr(C), u32, u16, u8 and `_pad` u8: 8 bytes, asserted above.
     unsafe impl aya::Pod for super::ErrorKey {}
+    // SAFETY: repr(C), a [[u64; 3]; 6] and three u64: 168 bytes, asserted above.
     unsafe impl aya::Pod for super::Settings {}
+    // SAFETY: repr(C), u32 pairs, u64s and u32 + two u16 (the `_pad`s explicit): 40 bytes,
+    // asserted above.
     unsafe impl aya::Pod for super::DevState {}
+    // SAFETY: repr(C), u32 + two u16, u64s, two u32: 48 bytes, asserted above.
     unsafe impl aya::Pod for super::MissedMerge {}
+    // SAFETY: repr(C), u32 + two u16 (`_pad` explicit) then u64: 16 bytes, asserted above.
     unsafe impl aya::Pod for super::OwnerKey {}
+    // SAFETY: repr(C), two u64: 16 bytes, asserted above.
     unsafe impl aya::Pod for super::OwnerStats {}
-    // Two u64 then the value: no padding for values whose size is a multiple of 8, as every
-    // slot value's is (`slot_values_have_no_padding`).
+    // SAFETY: repr(C), two u64 then the value: no padding for values whose size is a multiple
+    // of 8, as both slot values' is (Slot<Inflight>, Slot<BioQueued>: sizes asserted above).
+    // A Pod `V` of another size would get tail padding: the impl relies on the daemon using
+    // only those two.
     unsafe impl<V: aya::Pod> aya::Pod for super::Slot<V> {}
 }
 

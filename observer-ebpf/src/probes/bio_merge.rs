@@ -13,6 +13,10 @@ fn on_bio_merge(c: &impl EbpfContext, i: usize) {
     let l = layout();
     let dev = bio_dev(bio, &l);
     if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), &l)) {
+        // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs `stats`: a
+        // non-null lookup of a per-CPU hash, so no other CPU writes it), valid while the program
+        // runs; a program nesting on this CPU may count into it too (integer counts, nothing
+        // invalid).
         unsafe { (*s).merges += 1 };
     }
 }

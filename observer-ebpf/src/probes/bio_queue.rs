@@ -48,6 +48,7 @@ fn on_bio_queue(c: &impl EbpfContext, i: usize) {
         return;
     }
     let (queue_ns, sector, dev, size, pid, class) = (
+        // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
         unsafe { bpf_ktime_get_ns() },
         read(bio, l.bio_sector),
         disk_dev(disk, &l),
@@ -59,6 +60,9 @@ fn on_bio_queue(c: &impl EbpfContext, i: usize) {
     // free (few bios wait at once). Every field is written: the slot holds the last bio's.
     // (`addr_number` gives 0 in the rare case it fails: then the hash map, keyed by the pointer.)
     if let Some(p) = lease(&BIO_SLOTS, addr_number(bio)) {
+        // SAFETY: `p` is the value of the BIO_SLOTS slot `bio` holds (`lease`: no other bio writes
+        // it while `bio` holds it, and a bio's own events do not run at once), valid for the map's
+        // life; each `put` writes one integer field.
         unsafe {
             put(addr_of_mut!((*p).sector), sector);
             put(addr_of_mut!((*p).dev), dev);

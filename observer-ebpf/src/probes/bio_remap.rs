@@ -33,8 +33,9 @@ use observer_ebpf::{
     layout, programs, read,
 };
 
-use super::rq_complete::{bio_counted, bio_ended};
+use super::rq_complete::bio_ended;
 use crate::{
+    bio_end::bio_counted,
     chain::unlink,
     inflight::{keep_ended_parent, piece_of},
     inherit::mark,
@@ -65,6 +66,9 @@ static ENDED: PerCpuArray<Ended> = PerCpuArray::with_max_entries(1, 0);
 fn live_add(n: u64) {
     if let Some(p) = REMAPPED_LIVE.get_ptr_mut(0) {
         // BPF_XADD (atomic add, no fetch): on every kernel, unlike the fetching atomics (5.12).
+        // SAFETY: `p` is REMAPPED_LIVE element 0 (a non-null lookup): a u64, valid and 8-aligned
+        // for the map's life; the instruction adds `n` to it atomically (BPF_XADD) and touches no
+        // other memory, and no register but its two inputs.
         unsafe { core::arch::asm!("lock *(u64 *)({0} + 0) += {1}", in(reg) p, in(reg) n) };
     }
 }
@@ -85,6 +89,9 @@ fn on_bio_remap(c: &impl EbpfContext, i: usize) {
         return;
     }
     if let Some(p) = INFLIGHT.get_ptr_mut(&bio) {
+        // SAFETY: `p` is `bio`'s INFLIGHT element (a non-null lookup), valid while the program
+        // runs; its remap comes between its entry and its end, never at once with another event of
+        // it, so no other reference is live.
         let e = unsafe { &mut *p };
         if e.is_live() && e.end_by != END_REMAPPED {
             if e.end_by == END_CHAINED {
@@ -130,23 +137,33 @@ fn on_rq_complete(c: &impl EbpfContext, i: usize) {
     let Some(found) = ENDED.get_ptr_mut(0) else {
         return;
     };
+    // SAFETY: `found` is this CPU's ENDED element (a non-null lookup of a per-CPU array: no other
+    // CPU writes it), valid while the program runs. Only a completion nesting on this CPU (5.10
+    // nests programs) could write it meanwhile: then some bios are ended by the wrong walk, but
+    // every index is masked below MAX_ENDED, so nothing is written out of bounds.
     let found = unsafe { &mut *found };
     // The count lives in the map, not in a register: the paths through the walk then meet in
     // one verifier state per step, and every way out of it reaches what follows in one state
     // (else each is verified on its own: too many for the raw_tp variant).
+    // SAFETY: `found.n` is a u64 field of the valid `found`: one volatile store.
     unsafe { core::ptr::write_volatile(&mut found.n, 0) };
     let mut bio: u64 = read(rq, l.rq_bio);
     for _ in 0..MAX_WALK {
         if bio == 0 {
             break;
         }
+        // SAFETY: HashMap::get, two fields read at once (aya's caveat: an element removed and
+        // reused meanwhile reads as another key's value, integers only, never a fault: hash
+        // elements are preallocated and stay mapped while the program runs, under RCU).
         if let Some(e) = unsafe { INFLIGHT.get(&bio) } {
             if e.end_by == END_REMAPPED && e.is_live() {
+                // SAFETY: `found.n` is a u64 field of the valid `found`: one volatile load.
                 let k = unsafe { core::ptr::read_volatile(&found.n) } as usize;
                 if k >= MAX_ENDED {
                     break;
                 }
                 found.bios[k & (MAX_ENDED - 1)] = bio;
+                // SAFETY: `found.n` is a u64 field of the valid `found`: one volatile store.
                 unsafe { core::ptr::write_volatile(&mut found.n, k as u64 + 1) };
             }
         }
@@ -160,6 +177,8 @@ fn on_rq_complete(c: &impl EbpfContext, i: usize) {
 /// the first (the verifier would not take MAX_ENDED full copies).
 #[inline(always)]
 fn end_found(found: &Ended, error: u64) {
+    // SAFETY: `found.n` is a u64 field of the valid `found` (this CPU's ENDED element): one
+    // volatile load.
     let n = unsafe { core::ptr::read_volatile(&found.n) } as usize;
     if n == 0 {
         return;
@@ -168,6 +187,7 @@ fn end_found(found: &Ended, error: u64) {
         // With the bytes of bios chained to it and folded in (chain.rs).
         bio_ended(e, e.size as u64 + e.bytes, error);
     }
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
     for k in 1..MAX_ENDED {
         if k >= n {
@@ -183,6 +203,9 @@ fn end_found(found: &Ended, error: u64) {
 /// Takes a live remapped entry out of `INFLIGHT`.
 #[inline(always)]
 fn take(bio: u64) -> Option<Inflight> {
+    // SAFETY: HashMap::get, copied at once (before the checks and the remove) (aya's caveat: an
+    // element removed and reused meanwhile reads as another key's value, integers only, never a
+    // fault: hash elements are preallocated and stay mapped while the program runs, under RCU).
     let e = *unsafe { INFLIGHT.get(&bio) }?;
     if e.end_by != END_REMAPPED || !e.is_live() {
         return None;

@@ -7,7 +7,7 @@
 //! (block/bio.c, `bio_chain_endio` checked first), later kernels trace it. So a piece is only
 //! counted here, in its parent's entry (`bios`): it is counted as an I/O of its own when it ends
 //! on its own (its completion or remap finds the parent, inflight.rs `piece_of`), else with its
-//! parent, at the parent's end (rq_complete.rs, `bio_counted`). No entry is made for it: one
+//! parent, at the parent's end (bio_end.rs, `bio_counted`). No entry is made for it: one
 //! whose end is never traced would be left behind. A piece split off a piece without an entry
 //! is counted only when it ends or is remapped on its own (its grandparent's `bios` hold the
 //! piece in between).
@@ -41,6 +41,10 @@ fn on_split(c: &impl EbpfContext, i: usize) {
     {
         // Its direct parent, or the bio a chained one it was split off was folded into
         // (chain.rs), counts it; a grandparent above a piece without an entry does not.
+        // SAFETY: `p` is the parent's entry from `tracked_parent` (an INFLIGHT or ENDED_PARENTS
+        // element, non-null), valid while the program runs, with no other reference to it in this
+        // program; another CPU splitting or ending a piece of the same parent at once may update it
+        // too: a saturating u16 count, so a race loses a count, never makes an invalid value.
         let p = unsafe { &mut *p };
         if (between == 0 || holds) && p.class & OP_MASK != Op::Discard as u16 {
             p.bios = p.bios.saturating_add(1);

@@ -9,7 +9,7 @@ pub mod bio_queue;
 mod bio_remap;
 mod bio_split;
 mod io_start;
-pub(crate) mod rq_complete;
+mod rq_complete;
 mod rq_insert;
 mod rq_issue;
 mod rq_merge;

@@ -14,10 +14,11 @@ use observer_ebpf::{
     arg,
     kernel::{bio_dev, bio_merges, in_flush_seq, is_flush, original_flags, rq_dev},
     layout, programs, read,
-    store::{observe, observe_n},
+    store::observe,
 };
 
 use crate::{
+    bio_end::bio_counted,
     chain::{entered_at, saw_traced_end, unlink},
     inflight::{enter, is_piece_of_discard, live, mark_free, piece_of, take_bio},
     maps::{count, emit, error_seen, owner_count, stats, SETTINGS},
@@ -61,6 +62,7 @@ struct Latency {
 
 #[inline(always)]
 fn complete(rq: u64, error: u64, nr_bytes: u64) {
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { bpf_ktime_get_ns() };
     let l = layout();
     let data_len: u32 = read(rq, l.rq_data_len);
@@ -84,6 +86,9 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
     let Some(s) = stats(e.dev, e.class) else {
         return;
     };
+    // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs `stats`: a
+    // non-null lookup of a per-CPU hash, so no other CPU writes it), valid while the program runs;
+    // a program nesting on this CPU may count into it too (integer counts, nothing invalid).
     let s = unsafe { &mut *s };
     s.requests += 1;
     s.bytes += e.bytes;
@@ -157,6 +162,10 @@ pub fn bio_completed(bio: u64, l: &KernelLayout) {
             None => {
                 let dev = bio_dev(bio, l);
                 if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), l)) {
+                    // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry
+                    // (maps.rs `stats`: a non-null lookup of a per-CPU hash, so no other CPU writes
+                    // it), valid while the program runs; a program nesting on this CPU may count
+                    // into it too (integer counts, nothing invalid).
                     unsafe { (*s).untracked += 1 };
                 }
                 if status != 0 {
@@ -182,6 +191,7 @@ pub fn bio_completed(bio: u64, l: &KernelLayout) {
 /// it as at the device from its entry; a slow one is reported. Returns now (ns).
 #[inline(always)]
 pub fn bio_ended(mut e: Inflight, bytes: u64, status: u64) -> u64 {
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { bpf_ktime_get_ns() };
     e.bytes = bytes;
     let Some((s, total)) = bio_counted(&e, status, now) else {
@@ -205,30 +215,6 @@ pub fn bio_ended(mut e: Inflight, bytes: u64, status: u64) -> u64 {
         });
     }
     now
-}
-
-/// The counting part of [`bio_ended`] (`e.bytes` set): requests, bytes, error, owner, the
-/// total stage. Its stats entry and total (ns), or `None` (stats map full, clock anomaly).
-#[inline(always)]
-pub fn bio_counted(e: &Inflight, status: u64, now: u64) -> Option<(&'static mut ClassStats, u64)> {
-    if status != 0 {
-        error_seen(e.dev, e.class, status);
-    }
-    // With the pieces split off it whose own end was not seen (`bios`, bio_split.rs): they
-    // ended before it, and count as I/Os of their own with its latency.
-    let n = 1 + e.bios as u64;
-    let s = unsafe { &mut *stats(e.dev, e.class)? };
-    s.requests += n;
-    s.bytes += e.bytes;
-    owner_count(e.dev, e.class, e.owner_cgroup, e.bytes);
-    if now < e.enter_ns {
-        count(Counter::ClockAnomalies);
-        return None;
-    }
-    s.last_complete_ns = now;
-    let total = now - e.enter_ns;
-    observe_n(&mut s.stages[Stage::Total as usize], total, n);
-    Some((s, total))
 }
 
 /// The live entry of a completing request. Without one, a final completion (or the flush
@@ -256,6 +242,10 @@ fn entry_or_untracked(
             classify(original_flags(rq, l), l)
         };
         if let Some(s) = stats(dev, class) {
+            // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs
+            // `stats`: a non-null lookup of a per-CPU hash, so no other CPU writes it), valid while
+            // the program runs; a program nesting on this CPU may count into it too (integer
+            // counts, nothing invalid).
             unsafe { (*s).untracked += 1 };
         }
         if error != 0 {

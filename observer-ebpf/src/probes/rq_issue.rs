@@ -23,6 +23,7 @@ use crate::{
 #[inline(always)]
 fn on_issue(c: &impl EbpfContext, i: usize) {
     let rq = arg(c, i);
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { bpf_ktime_get_ns() };
     let l = layout();
     if let Some(e) = live(rq) {
@@ -36,6 +37,9 @@ fn on_issue(c: &impl EbpfContext, i: usize) {
         let Some(e) = slot(rq, true) else { return };
         let dev = rq_dev(rq, &l);
         let slot = dev_slot(dev);
+        // SAFETY: `e` is the flush request's entry from `slot` (its own INFLIGHT_SLOTS slot or
+        // INFLIGHT element, non-null), valid while the program runs; no reference to it is live
+        // here.
         unsafe { fill(e, 0, now, dev, slot, Op::Flush as u16, 0, 0) };
         dispatched(dev, slot, Op::Flush as u16, 0, now, 0, 0);
     } else if l.enter_fallback != 0 {

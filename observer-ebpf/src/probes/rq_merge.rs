@@ -24,6 +24,10 @@ fn on_rq_merge(c: &impl EbpfContext, i: usize) {
         }
     };
     if let Some(s) = stats(dev, class) {
+        // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs `stats`: a
+        // non-null lookup of a per-CPU hash, so no other CPU writes it), valid while the program
+        // runs; a program nesting on this CPU may count into it too (integer counts, nothing
+        // invalid).
         unsafe { (*s).merges += 1 };
     }
 }
