@@ -410,7 +410,14 @@ pub fn piece_of(bio: u64, from: Option<u64>, l: &KernelLayout) -> Option<Infligh
     }
     let size: u32 = read(bio, l.bio_size);
     if holds {
-        let _ = SPLIT_PIECES.remove(&bio);
+        // Keyed by the number, not by `bio`'s own stack copy: in tp_btf programs `bio` is a
+        // typed pointer, and the delete helper reading that copy as its key left the copy
+        // unusable for the direct loads below (6.1's verifier: "R3 invalid mem access
+        // 'scalar'" at `read(bio, l.bio_sector)`, and every tp_btf program refused).
+        let key = addr_number(bio);
+        if key != 0 {
+            let _ = SPLIT_PIECES.remove(&key);
+        }
         p.bios = p.bios.saturating_sub(1);
         // A bio chained to it and folded in (chain.rs) gives its bytes back too.
         p.bytes = p.bytes.saturating_sub(size as u64);
