@@ -68,6 +68,7 @@ fi
   || die "the installed config $destdir$CONF_DIR/observer.toml is invalid: fix it (the message above names the key)"
 install -m 0644 "$root/docs/operations.md" "$destdir$DOC_DIR/operations.md"
 install -m 0644 "$here/prometheus.yml" "$destdir$DOC_DIR/prometheus.yml"
+install -m 0644 "$here/blkobs-rules.yml" "$destdir$DOC_DIR/blkobs-rules.yml"
 install -m 0644 "$here/k8s/daemonset.yaml" "$destdir$DOC_DIR/daemonset.yaml"
 for f in "$root"/dashboards/*.json; do
   install -m 0644 "$f" "$destdir$SHARE_DIR/dashboards/"

@@ -82,6 +82,19 @@ VM_APT_PKGS=(qemu-system-x86 busybox-static cpio kmod xz-utils gzip iproute2
 apt_ensure "the kernel matrix" "${VM_APT_PKGS[@]}"
 log "kernel-matrix tooling ready: $(qemu-system-x86_64 --version | head -1)"
 
+# A Debian machine with systemd as PID 1 (`cargo xtask machine`, xtask/src/machine.rs): the image
+# is made by mmdebstrap from Debian's packages, the run's disk is a qcow2 overlay (qemu-utils), the
+# package under test is built by cargo-deb from observer/Cargo.toml's [package.metadata.deb].
+MACHINE_APT_PKGS=(mmdebstrap qemu-utils e2fsprogs)
+apt_ensure "the Debian machine" "${MACHINE_APT_PKGS[@]}"
+CARGO_DEB_VERSION=3.8.0
+if ! cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
+  log "installing cargo-deb $CARGO_DEB_VERSION (a few minutes)"
+  cargo install --locked cargo-deb --version "$CARGO_DEB_VERSION" \
+    || { log "cargo install cargo-deb failed: check access to crates.io"; exit 1; }
+fi
+log "machine tooling ready: $(mmdebstrap --version), $(cargo deb --version)"
+
 # Tests read tracefs (the ftrace witness, tracepoint lists); a fresh machine has it unmounted.
 if [ "$(id -u)" -eq 0 ] && ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
   mount -t tracefs tracefs /sys/kernel/tracing && log "mounted tracefs at /sys/kernel/tracing"

@@ -103,26 +103,36 @@ pub const FLAGS: [(u16, &str); 6] = [
     (LOG, "log"),
 ];
 
+/// The operation of a raw `cmd_flags` / `bi_opf`: its `REQ_OP_*` bits (`REQ_OP_MASK`), with the
+/// values BTF gave for them (`enum req_op`, or `enum req_opf` before 6.0:
+/// include/linux/blk_types.h). The one decoder of the kernel's op bits; [`Op::from_code`]
+/// is the one of a class's.
+#[inline(always)]
+pub fn op_of(opf: u32, l: &KernelLayout) -> Op {
+    let op = opf & l.op_mask;
+    if op == l.op_read {
+        Op::Read
+    } else if op == l.op_write {
+        Op::Write
+    } else if op == l.op_flush {
+        Op::Flush
+    } else if op == l.op_discard {
+        Op::Discard
+    } else if op == l.op_write_zeroes {
+        Op::WriteZeroes
+    } else {
+        Op::Other
+    }
+}
+
 /// Computes the class of a request or bio from its raw `cmd_flags` / `bi_opf`.
 ///
 /// Must see the flags before the block layer strips PREFLUSH/FUA (block/blk-flush.c), i.e. at
-/// `block_io_start` or at bio level.
+/// `block_io_start` or at bio level. (A merge never sees stripped flags: a request with
+/// PREFLUSH or FUA does not merge, `REQ_NOMERGE_FLAGS` in include/linux/blk_types.h.)
 #[inline(always)]
 pub fn classify(opf: u32, l: &KernelLayout) -> u16 {
-    let op = opf & l.op_mask;
-    let mut class = if op == l.op_read {
-        Op::Read as u16
-    } else if op == l.op_write {
-        Op::Write as u16
-    } else if op == l.op_flush {
-        Op::Flush as u16
-    } else if op == l.op_discard {
-        Op::Discard as u16
-    } else if op == l.op_write_zeroes {
-        Op::WriteZeroes as u16
-    } else {
-        Op::Other as u16
-    };
+    let mut class = op_of(opf, l) as u16;
     if opf & l.flag_preflush != 0 {
         class |= PREFLUSH;
     }
@@ -205,6 +215,40 @@ mod tests {
             flag_preflush: 1 << 18,
             flag_rahead: 1 << 19,
             ..Default::default()
+        }
+    }
+
+    /// The op bits decode the same wherever they are decoded: from the kernel's flags
+    /// ([`op_of`]: the only reader of `REQ_OP_*`, used by `classify` and by the programs'
+    /// flush checks) and back from the class ([`Op::from_code`]: its only reader, used for
+    /// labels and the programs' per-op thresholds); flag bits never change the op, and codes
+    /// past `Other` (none is made) still decode to `Other`.
+    #[test]
+    fn op_bits_decode_in_one_place() {
+        let l = layout();
+        let flags = 1 << 11 | 1 << 12 | 1 << 17 | 1 << 18 | 1 << 19;
+        for (raw, op) in [
+            (0, Op::Read),
+            (1, Op::Write),
+            (2, Op::Flush),
+            (3, Op::Discard),
+            (9, Op::WriteZeroes),
+            (5, Op::Other),  // REQ_OP_SECURE_ERASE
+            (13, Op::Other), // REQ_OP_ZONE_APPEND
+            (34, Op::Other), // REQ_OP_DRV_IN
+        ] {
+            assert_eq!(op_of(raw, &l), op, "REQ_OP {raw}");
+            assert_eq!(op_of(raw | flags, &l), op, "REQ_OP {raw} with flags");
+            assert_eq!(
+                Op::from_code(classify(raw | flags, &l)),
+                op,
+                "class of {raw}"
+            );
+        }
+        for code in 0..=OP_MASK {
+            let op = Op::from_code(code);
+            assert!((op as usize) < Op::ALL.len());
+            assert_eq!(op == Op::Other, code >= Op::Other as u16, "code {code}");
         }
     }
 

@@ -16,6 +16,10 @@
 //!   first sector in 512-byte units (`blk_rq_pos`, `blk_rq_bytes` in include/linux/blk-mq.h);
 //!   ftrace's `block_rq_issue` prints the same two as `sector + nr_sector`.
 
+use core::ptr::addr_of_mut;
+
+use crate::class::Op;
+
 /// Buckets of the request-size histogram ([`size_index`]): ≤ 512 B, then one per power of two
 /// up to 4 GiB (`__data_len` is a u32, so nothing is larger).
 pub const SIZE_BUCKETS: usize = 24;
@@ -80,7 +84,7 @@ pub const fn merged_upper(i: usize) -> Option<u64> {
     }
 }
 
-/// Whether a request dispatched at `now` (ns) of op `op` ([`crate::class::Op`] code) starting
+/// Whether a request dispatched at `now` (ns) of op `op` starting
 /// at sector `sector` with `sectors` 512-byte sectors is a **missed adjacent merge** after the
 /// request dispatched on the same device just before it (`prev_*`): same op, both with data,
 /// it starts exactly where the previous one ended, and it was dispatched at most `window_ns`
@@ -88,11 +92,11 @@ pub const fn merged_upper(i: usize) -> Option<u64> {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub const fn is_missed_merge(
-    prev_op: u16,
+    prev_op: Op,
     prev_sector: u64,
     prev_sectors: u32,
     prev_ns: u64,
-    op: u16,
+    op: Op,
     sector: u64,
     sectors: u32,
     now: u64,
@@ -102,7 +106,7 @@ pub const fn is_missed_merge(
         && prev_ns != 0
         && now >= prev_ns
         && now - prev_ns <= window_ns
-        && prev_op == op
+        && prev_op as u16 == op as u16
         && prev_sectors != 0
         && sectors != 0
         && prev_sector + prev_sectors as u64 == sector
@@ -141,25 +145,46 @@ impl DispatchHist {
     /// its dispatch was a missed adjacent merge.
     #[inline(always)]
     pub fn record(&mut self, bytes: u32, bios: u16, missed: u8) {
+        // SAFETY: `self` is a live `&mut DispatchHist`: valid, aligned and unaliased, so is
+        // every u64 field `record_at` passes to the plain add.
+        unsafe { Self::record_at(self, bytes, bios, missed, |p, v| *p += v) }
+    }
+
+    /// [`Self::record`] into `*h` with `add(field, n)` for every field it adds to: the programs
+    /// pass their atomic add (observer-ebpf/src/store.rs `add`), since programs nesting on a
+    /// CPU count into the same per-CPU value.
+    ///
+    /// # Safety
+    ///
+    /// `h` must be valid and 8-aligned for the whole call; `add` is called only with pointers
+    /// to u64 fields of `*h`.
+    #[inline(always)]
+    pub unsafe fn record_at(
+        h: *mut DispatchHist,
+        bytes: u32,
+        bios: u16,
+        missed: u8,
+        add: impl Fn(*mut u64, u64),
+    ) {
         if bios == 0 {
             return;
         }
         let s = size_index(bytes);
         if s < SIZE_BUCKETS {
-            self.size[s] += 1;
+            add(addr_of_mut!((*h).size).cast::<u64>().add(s), 1);
         }
-        self.size_bytes += bytes as u64;
+        add(addr_of_mut!((*h).size_bytes), bytes as u64);
         let m = merged_index(bios as u32);
         if m < MERGED_BUCKETS {
-            self.merged[m] += 1;
+            add(addr_of_mut!((*h).merged).cast::<u64>().add(m), 1);
         }
         let merged = if bios as u32 > MAX_BIOS {
             MAX_BIOS
         } else {
             bios as u32 - 1
         };
-        self.merged_bios += merged as u64;
-        self.missed += missed as u64;
+        add(addr_of_mut!((*h).merged_bios), merged as u64);
+        add(addr_of_mut!((*h).missed), missed as u64);
     }
 
     /// Adds another histogram (another CPU's, or another device number with the same name).
@@ -240,16 +265,22 @@ mod tests {
     #[test]
     fn missed_merge_rule() {
         let w = 1_000_000;
+        // (op, sector, sectors, dispatch ns) of the previous request and of this one.
+        type Dispatch = (Op, u64, u32, u64);
+        let missed = |p: Dispatch, c: Dispatch, window: u64| {
+            is_missed_merge(p.0, p.1, p.2, p.3, c.0, c.1, c.2, c.3, window)
+        };
+        let (wr, rd, fl) = (Op::Write, Op::Read, Op::Flush);
         // Adjacent writes 0.5 ms apart: missed.
-        assert!(is_missed_merge(1, 800, 8, 1_000, 1, 808, 8, 501_000, w));
+        assert!(missed((wr, 800, 8, 1_000), (wr, 808, 8, 501_000), w));
         // Not adjacent, other op, too late, no data, window off.
-        assert!(!is_missed_merge(1, 800, 8, 1_000, 1, 816, 8, 501_000, w));
-        assert!(!is_missed_merge(0, 800, 8, 1_000, 1, 808, 8, 501_000, w));
-        assert!(!is_missed_merge(1, 800, 8, 1_000, 1, 808, 8, 1_001_001, w));
-        assert!(is_missed_merge(1, 800, 8, 1_000, 1, 808, 8, 1_001_000, w));
-        assert!(!is_missed_merge(2, 0, 0, 1_000, 2, 0, 0, 2_000, w));
-        assert!(!is_missed_merge(1, 800, 8, 1_000, 1, 808, 8, 2_000, 0));
-        assert!(!is_missed_merge(1, 800, 8, 0, 1, 808, 8, 2_000, w));
+        assert!(!missed((wr, 800, 8, 1_000), (wr, 816, 8, 501_000), w));
+        assert!(!missed((rd, 800, 8, 1_000), (wr, 808, 8, 501_000), w));
+        assert!(!missed((wr, 800, 8, 1_000), (wr, 808, 8, 1_001_001), w));
+        assert!(missed((wr, 800, 8, 1_000), (wr, 808, 8, 1_001_000), w));
+        assert!(!missed((fl, 0, 0, 1_000), (fl, 0, 0, 2_000), w));
+        assert!(!missed((wr, 800, 8, 1_000), (wr, 808, 8, 2_000), 0));
+        assert!(!missed((wr, 800, 8, 0), (wr, 808, 8, 2_000), w));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! Everything that both sides must agree on lives here exactly once: the map layouts
 //! ([`maps`]), the kernel struct layout handed to the programs ([`layout`]), the I/O class
 //! encoding ([`class`]), the histogram bucket math ([`hist`]) and what a request looked like at
-//! its first dispatch ([`dispatch`]: size and merged-bios buckets, the missed-merge rule).
+//! its first dispatch ([`dispatch`]: size and merged-bios buckets, the missed-merge rule) and
+//! the decisions about a request's stages ([`stage`]: latency arithmetic, which stages are
+//! recorded, clock anomalies, final completions, slow requests, stalls, dispatch after requeue).
 #![cfg_attr(not(test), no_std)]
 
 pub mod class;
@@ -12,6 +14,7 @@ pub mod dispatch;
 pub mod hist;
 pub mod layout;
 pub mod maps;
+pub mod stage;
 
 /// Stages of a request's life, named after btt's.
 ///

@@ -10,7 +10,7 @@
 //! `block_bio_complete` before it hands a chained bio to its parent; 5.10's hands it over
 //! first, and never traces it. Nothing is decided by version: the running kernel shows it the
 //! first time the end of a chained bio is traced (a piece split off a tracked bio, which
-//! bio_chain chains to it: rq_complete.rs, `bio_completed`; [`saw_traced_end`]). From then on
+//! bio_chain chains to it: bio_complete.rs, `bio_completed`; [`saw_traced_end`]). From then on
 //! nothing is linked or folded: every chained bio ends as itself. Until then, a bio entering
 //! chained to a bio
 //! not tracked is linked to it ([`link`]: `CHAINED`, marked [`END_CHAINED`]). When that next
@@ -26,7 +26,7 @@ use aya_ebpf::{
     maps::{Array, LruHashMap},
 };
 use observer_common::{
-    class::OP_MASK,
+    class::Op,
     layout::KernelLayout,
     maps::{ChainLink, Inflight, CHAINED_ENTRIES, END_CHAINED},
 };
@@ -110,7 +110,7 @@ fn fold(bio: u64, e: &mut Inflight) {
         && c.end_by == END_CHAINED
         && c.enter_ns == v.enter_ns
         && c.dev == e.dev
-        && c.class & OP_MASK == e.class & OP_MASK)
+        && Op::from_code(c.class) == Op::from_code(e.class))
     {
         return;
     }

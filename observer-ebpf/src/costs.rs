@@ -12,6 +12,8 @@
 #![no_std]
 #![no_main]
 
+use core::ptr::addr_of_mut;
+
 use aya_ebpf::{
     bindings::BPF_ANY,
     helpers::{
@@ -28,7 +30,7 @@ use observer_common::maps::{
 };
 use observer_ebpf::{
     slots::claim,
-    store::{entry, observe, put},
+    store::{add, entry, observe, put},
 };
 
 // Filled by the loader from kernel BTF, as the daemon does.
@@ -191,7 +193,7 @@ pub fn c09_pcpu_lookup(_c: BtfTracePointContext) -> i32 {
     if let Some(s) = stats(7 << 20, 1) {
         // SAFETY: `s` is this CPU's value of the C_STATS entry (`stats`: a non-null lookup of a
         // per-CPU hash, so no other CPU writes it), valid while the program runs.
-        unsafe { (*s).requests += 1 };
+        unsafe { add(addr_of_mut!((*s).requests), 1) };
     }
     0
 }
@@ -202,15 +204,20 @@ pub fn c10_pcpu_hist3(c: BtfTracePointContext) -> i32 {
     let r = rq(&c);
     if let Some(s) = stats(7 << 20, 1) {
         // SAFETY: `s` is this CPU's value of the C_STATS entry (`stats`: a non-null lookup of a
-        // per-CPU hash, so no other CPU writes it), valid while the program runs.
-        let s = unsafe { &mut *s };
-        s.requests += 1;
-        s.bytes += 4096;
+        // per-CPU hash, so no other CPU writes it), valid while the program runs. Atomic adds,
+        // as the observer's (store.rs `add`).
+        unsafe {
+            add(addr_of_mut!((*s).requests), 1);
+            add(addr_of_mut!((*s).bytes), 4096);
+        }
         // A scalar that varies per request, so the bucket index is computed at run time.
         let a = direct::<u32>(r, field(&LAYOUT.rq_cmd_flags)) as u64 * 977 + 1000;
-        observe(&mut s.stages[0], a);
-        observe(&mut s.stages[1], a + 12345);
-        observe(&mut s.stages[2], 2 * a + 12345);
+        // SAFETY: as above; the stages are StageHists inside it.
+        unsafe {
+            observe(addr_of_mut!((*s).stages[0]), a);
+            observe(addr_of_mut!((*s).stages[1]), a + 12345);
+            observe(addr_of_mut!((*s).stages[2]), 2 * a + 12345);
+        }
     }
     0
 }
@@ -220,7 +227,7 @@ pub fn c11_counter(_c: BtfTracePointContext) -> i32 {
     if let Some(p) = C_COUNTERS.get_ptr_mut(0) {
         // SAFETY: `p` is this CPU's C_COUNTERS element 0 (a non-null lookup of a per-CPU array), a
         // u64 valid while the program runs.
-        unsafe { *p += 1 };
+        unsafe { add(p, 1) };
     }
     0
 }

@@ -11,14 +11,14 @@ use aya_ebpf::{
     maps::{Array, LruHashMap},
 };
 use observer_common::{
-    class::{classify, Op, OP_MASK},
+    class::{classify, Op},
     layout::KernelLayout,
     maps::{Counter, Inflight, Remap, Slot, END_CHAINED, END_TRACED, SLOTS, SLOTS_MAP_FLAGS},
 };
 use observer_ebpf::{
     kernel::{bio_owner, disk_dev, original_flags, read, rq_dev},
     slots::{claim, owned},
-    store::{fill, put},
+    store::{add, fill, put},
 };
 
 /// Request pointer → entry, direct-mapped (observer_common::maps::INFLIGHT_SLOTS).
@@ -28,7 +28,10 @@ pub static INFLIGHT_SLOTS: Array<Slot<Inflight>> = Array::with_max_entries(SLOTS
 use crate::{
     chain::{entered_at, folded_into, hidden_end, link},
     inherit,
-    maps::{addr_number, count, dev_slot, log_class, owner_count, stats, INFLIGHT, ZERO_INFLIGHT},
+    maps::{
+        addr_number, count, count_dispatch, dev_slot, log_class, owner_count, stats, INFLIGHT,
+        ZERO_INFLIGHT,
+    },
     queued::queued_at,
 };
 
@@ -80,7 +83,7 @@ pub fn enter(
         // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
         enter_ns = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
     }
-    let Some(e) = slot(rq, replace) else { return };
+    let Some(e) = entry(rq, replace) else { return };
     let dev = rq_dev(rq, l);
     // The disk's slot, looked up once here and kept in the entry for dispatch and completion.
     let disk_slot = dev_slot(dev);
@@ -93,7 +96,7 @@ pub fn enter(
         (inherit::take_class(bio), Remap::default())
     };
     let class = classify(original_flags(rq, l), l) | log_class(dev, disk_slot, sector) | class_up;
-    // SAFETY: `e` is `rq`'s entry from [`slot`] (its own INFLIGHT_SLOTS slot, or its INFLIGHT
+    // SAFETY: `e` is `rq`'s entry from [`entry`] (its own INFLIGHT_SLOTS slot, or its INFLIGHT
     // element; non-null), valid while the program runs, and no reference to it is live here:
     // `fill`'s, `submitter`'s and `put`'s contracts hold.
     unsafe {
@@ -144,7 +147,7 @@ unsafe fn submitter(e: *mut Inflight) {
 /// keyed by the bio's address in the `INFLIGHT` hash map only (bio addresses are many and
 /// short-lived: they must not own `INFLIGHT_SLOTS` slots for good, see
 /// observer_common::maps::Slot). The entry is deleted at the bio's `block_bio_complete`
-/// (probes/rq_complete.rs, `bio_completed`). A live entry already at that address is a bio
+/// (probes/bio_complete.rs, `bio_completed`). A live entry already at that address is a bio
 /// whose completion was not seen: counted as lost and replaced, or, if it was chained to a bio
 /// not yet submitted then (chain.rs), counted as ended now. A bio chained so is linked.
 #[inline(always)]
@@ -405,7 +408,7 @@ pub fn piece_of(bio: u64, from: Option<u64>, l: &KernelLayout) -> Option<Infligh
     // A discard is one I/O however it is cut: md sends a discard to each leg chained to its
     // parent (drivers/md/raid0.c, raid0_handle_discard; raid10 too), and splits at the
     // discard limits are the kernel's business (md's diskstats count them or not by kernel).
-    if p.class & OP_MASK == Op::Discard as u16 {
+    if Op::from_code(p.class) == Op::Discard {
         return None;
     }
     let size: u32 = read(bio, l.bio_size);
@@ -457,7 +460,7 @@ pub fn is_piece_of_discard(bio: u64, l: &KernelLayout) -> bool {
     tracked_parent(bio, l)
         // SAFETY: `p.entry` is a non-null INFLIGHT or ENDED_PARENTS element from
         // [`tracked_parent`], valid while the program runs; one u16 is read.
-        .is_some_and(|p| unsafe { (*p.entry).class } & OP_MASK == Op::Discard as u16)
+        .is_some_and(|p| Op::from_code(unsafe { (*p.entry).class }) == Op::Discard)
 }
 
 /// The `INFLIGHT` entry of `rq` to fill: its existing entry (kept for reuse), or a new one
@@ -465,7 +468,7 @@ pub fn is_piece_of_discard(bio: u64, l: &KernelLayout) -> bool {
 /// enter: its completion never reached block_rq_complete here. With `replace`, that request is
 /// counted as completed with its latency lost and the entry is returned; without, `None`.
 #[inline(always)]
-pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
+pub fn entry(rq: u64, replace: bool) -> Option<*mut Inflight> {
     // A struct that owns its array slot never has a hash entry: ownership is permanent, and a
     // struct only goes to the hash map when its slot belongs to another one.
     let found = match claim(&INFLIGHT_SLOTS, addr_number(rq)) {
@@ -500,21 +503,24 @@ pub fn slot(rq: u64, replace: bool) -> Option<*mut Inflight> {
     INFLIGHT.get_ptr_mut(&rq)
 }
 
-/// A request that completed without its completion reaching us: counted, no latency; its
-/// size, bios and missed merge at dispatch (if it was dispatched) are counted.
+/// A request that completed without its completion reaching us: counted with its bytes
+/// ([`Inflight::lost_bytes`]), no latency; its size, bios and missed merge at dispatch (if it
+/// was dispatched) are counted.
 #[inline(always)]
 pub fn count_lost(e: &Inflight) {
+    let bytes = e.lost_bytes();
     if let Some(s) = stats(e.dev, e.class) {
         // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry ([`stats`]: a
         // non-null lookup of a per-CPU hash, so no other CPU writes it), valid while the program
-        // runs. A program nesting on this CPU may count into it meanwhile: integer counts, nothing
-        // invalid.
-        let s = unsafe { &mut *s };
-        s.requests += 1;
-        s.lost += 1;
-        s.dispatch.record(e.size, e.bios, e.missed);
+        // runs; a program nesting on this CPU counts into it with atomic adds too.
+        unsafe {
+            add(addr_of_mut!((*s).requests), 1);
+            add(addr_of_mut!((*s).bytes), bytes);
+            add(addr_of_mut!((*s).lost), 1);
+            count_dispatch(s, e);
+        }
     }
-    owner_count(e.dev, e.class, e.owner_cgroup, 0);
+    owner_count(e.dev, e.class, e.owner_cgroup, bytes);
 }
 
 /// The live entry of a request, if any (free entries are kept for reuse, see

@@ -3,7 +3,10 @@
 //! names the kernel change that made it necessary.
 use aya_ebpf::{helpers::bpf_probe_read_kernel, EbpfContext};
 pub use observer_common::layout::{KernelLayout, OwnerLayout};
-use observer_common::maps::{disk_name_hash, mkdev, nameless_dev};
+use observer_common::{
+    class::{op_of, Op},
+    maps::{disk_name_hash, mkdev, nameless_dev},
+};
 
 extern "C" {
     /// Defined by each object that reads kernel structs, with [`crate::layout_global!`] (so the
@@ -26,13 +29,22 @@ macro_rules! layout_global {
     };
 }
 
+/// The kernel's layout, read in place: each field a load from `.rodata` where it is used (the
+/// verifier sees the loader's constant), not a 168-byte copy on the program's stack (which
+/// took `block_rq_complete` and `block_bio_complete` to the verifier's 512-byte limit:
+/// observer/src/bpf/loader.rs, `programs_stack_within_margin`).
 #[inline(always)]
-pub fn layout() -> KernelLayout {
-    // Volatile: the value is patched into the object after compilation.
-    // SAFETY: `LAYOUT` is the `KernelLayout` static that every object linking this defines
-    // ([`layout_global!`](crate::layout_global)); nothing writes it at run time (`.rodata`, patched
-    // by the loader before load), and any bits are a value (u32 and u64 fields only).
-    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(LAYOUT)) }
+pub fn layout() -> &'static KernelLayout {
+    let mut p = core::ptr::addr_of!(LAYOUT);
+    // The value is patched into the object after compilation: the compiler must not fold the
+    // fields to the zeros it was built with, so it is not told which static `p` points at.
+    // SAFETY: the asm only copies the register onto itself: no memory, no other register.
+    unsafe { core::arch::asm!("{0} = {0}", inout(reg) p) };
+    // SAFETY: `p` is the address of `LAYOUT`, the `KernelLayout` static that every object linking
+    // this defines ([`layout_global!`](crate::layout_global)); nothing writes it at run time
+    // (`.rodata`, patched by the loader before load), and any bits are a value (u32 and u64
+    // fields only).
+    unsafe { &*p }
 }
 
 /// Reads a kernel struct field at `base + off`. In tp_btf programs (`direct_loads`) a plain
@@ -169,15 +181,15 @@ pub fn in_flush_seq(rq: u64, l: &KernelLayout) -> bool {
     if l.rqf_flush_seq != 0 {
         read::<u32>(rq, l.rq_rq_flags) & l.rqf_flush_seq != 0
     } else {
-        let op = read::<u32>(rq, l.rq_cmd_flags) & l.op_mask;
-        (op == l.op_write || op == l.op_flush) && read::<u64>(rq, l.rq_end_io) != 0
+        matches!(op_of(read(rq, l.rq_cmd_flags), l), Op::Write | Op::Flush)
+            && read::<u64>(rq, l.rq_end_io) != 0
     }
 }
 
 /// Whether the request is the shared per-hctx flush request (block/blk-flush.c).
 #[inline(always)]
 pub fn is_flush(rq: u64, l: &KernelLayout) -> bool {
-    read::<u32>(rq, l.rq_cmd_flags) & l.op_mask == l.op_flush
+    op_of(read(rq, l.rq_cmd_flags), l) == Op::Flush
 }
 
 /// The request's original cmd_flags. At block_io_start that is `rq->cmd_flags`; kernels

@@ -19,15 +19,15 @@
 //! 1. [`probes`]
 //! 2. [`inflight`]
 //! 3. [`chain`], [`queued`], [`stall`]
-//! 4. [`bio_end`], [`inherit`], [`merge`], [`nested`]
+//! 4. [`bio_end`], [`inherit`], [`missed_merge`], [`nested`]
 //! 5. [`maps`]
 //!
 //! The probes (one file per tracepoint) are the only programs; the modules below them keep the
 //! state of one thing each (a request's entry, chained bios, bios waiting for a request, a
 //! disk's stalls, remapped bios, missed merges, nested ends, the count of a bio-based I/O's
 //! end), and [`maps`] holds the maps the daemon reads by name. A probe file may use a sibling's
-//! items (probes/bio_queue.rs and probes/bio_remap.rs end bios with probes/rq_complete.rs'
-//! `bio_ended`); no module outside `probes/` uses one. Under all of them is the library crate
+//! items (probes/bio_remap.rs ends bios with probes/bio_complete.rs' `bio_ended`, and
+//! bio_complete.rs ends remapped ones with bio_remap.rs' `ended_unrequested`); no module outside `probes/` uses one. Under all of them is the library crate
 //! `observer_ebpf` (lib.rs, with layers of its own: kernel structs, slot arrays, stores), which
 //! uses none of them.
 #![no_std]
@@ -39,7 +39,7 @@ mod chain;
 mod inflight;
 mod inherit;
 mod maps;
-mod merge;
+mod missed_merge;
 mod nested;
 mod probes;
 mod queued;

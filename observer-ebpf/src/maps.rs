@@ -7,12 +7,15 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use aya_log_ebpf::warn;
+use observer_common::class::Op;
+use observer_common::dispatch::DispatchHist;
 use observer_common::maps::{
     ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges, OwnerKey, OwnerStats,
     SectorRange, Settings, DEV_SLOTS, EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES, NO_SLOT,
     OWNER_STATS_ENTRIES,
 };
-use observer_ebpf::store::{entry, put};
+use observer_common::stage::{self, Latency};
+use observer_ebpf::store::{add, entry, put};
 
 #[map]
 pub static INFLIGHT: HashMap<u64, Inflight> =
@@ -102,12 +105,13 @@ pub fn addr_number(p: u64) -> u64 {
 pub fn count(c: Counter) {
     if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {
         // SAFETY: `p` is this CPU's COUNTERS element `c` (a non-null lookup, index <
-        // Counter::COUNT): a u64 valid while the program runs. Programs on one CPU never run in
-        // parallel, only nested.
-        let n = unsafe { *p } + 1;
-        // SAFETY: the same element; a program nesting between the read and this store loses its
-        // count, nothing invalid.
-        unsafe { *p = n };
+        // Counter::COUNT): a u64 valid while the program runs. Counted with an atomic add, as
+        // every program nesting on this CPU counts; read back in one volatile load (a nested
+        // program's count may be in it: the log trail is approximate, the count is not).
+        let n = unsafe {
+            add(p, 1);
+            core::ptr::read_volatile(p)
+        };
         if n & (n - 1) == 0 {
             // aya-log's macros take a context they do not use (aya-log-ebpf-macros 0.2:
             // `let _ = ctx;`); these helpers run without one. Numbers only: a `&str` argument
@@ -121,6 +125,16 @@ pub fn count(c: Counter) {
             });
         }
     }
+}
+
+/// Whether a completed I/O of `class` with stages `lat` (ns) is slow: [`stage::slow`] with the
+/// thresholds `SETTINGS` holds for its op (none while the daemon has not written them).
+#[inline(always)]
+pub fn slow(class: u16, lat: &Latency) -> bool {
+    let Some(set) = SETTINGS.get(0) else {
+        return false;
+    };
+    stage::slow(lat, &set.slow_ns[Op::from_code(class) as usize])
 }
 
 /// Stats entry of (dev, class), created on first use.
@@ -141,9 +155,32 @@ pub fn stats(dev: u32, class: u16) -> Option<*mut ClassStats> {
     p
 }
 
+/// Counts a request's first dispatch (size, bios merged, missed merge) into the dispatch
+/// histogram of its CLASS_STATS value `s`, with atomic adds (store.rs `add`).
+///
+/// # Safety
+///
+/// `s` must be this CPU's value of a CLASS_STATS entry from a non-null lookup ([`stats`]),
+/// valid while the program runs.
+#[inline(always)]
+pub unsafe fn count_dispatch(s: *mut ClassStats, e: &Inflight) {
+    DispatchHist::record_at(
+        addr_of_mut!((*s).dispatch),
+        e.size,
+        e.bios,
+        e.missed,
+        |p, v| {
+            // SAFETY: `p` is a u64 field of `*s`, valid by the caller's contract.
+            add(p, v)
+        },
+    );
+}
+
 /// `OWNER_STATS`' key and insert value, built in map memory instead of on the stack:
-/// `block_rq_complete`'s frame is at the verifier's limit (504 bytes + a 32-byte callee were
-/// refused on 6.1: "combined stack size of 2 calls is 544").
+/// `block_rq_complete`'s frame was at the verifier's limit when this was written (504 bytes + a
+/// 32-byte callee were refused on 6.1: "combined stack size of 2 calls is 544"); it is 352 + 32
+/// now that the layout is read in place (kernel.rs `layout`), and observer/src/bpf/loader.rs
+/// `programs_stack_within_margin` holds every program to 448.
 #[repr(C)]
 pub struct OwnerScratch {
     key: OwnerKey,
@@ -181,8 +218,8 @@ pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
         put(addr_of_mut!((*s).key.cgroup), cgroup);
         let key = &(*s).key;
         if let Some(p) = OWNER_STATS.get_ptr_mut(key) {
-            (*p).requests += 1;
-            (*p).bytes += bytes;
+            add(addr_of_mut!((*p).requests), 1);
+            add(addr_of_mut!((*p).bytes), bytes);
             return;
         }
         put(addr_of_mut!((*s).value.requests), 1);
@@ -192,8 +229,8 @@ pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
             // Inserted meanwhile by another CPU: count into this CPU's copy.
             Err(-17) => {
                 if let Some(p) = OWNER_STATS.get_ptr_mut(key) {
-                    (*p).requests += 1;
-                    (*p).bytes += bytes;
+                    add(addr_of_mut!((*p).requests), 1);
+                    add(addr_of_mut!((*p).bytes), bytes);
                 }
             }
             Err(_) => count(Counter::OwnerStatsFull),
@@ -212,7 +249,7 @@ pub fn error_seen(dev: u32, class: u16, status: u64) {
     match ERRORS.get_ptr_mut(&key) {
         // SAFETY: `p` is this CPU's value of the ERRORS entry of `key` (a non-null lookup of a
         // per-CPU hash): no other CPU writes it.
-        Some(p) => unsafe { *p += 1 },
+        Some(p) => unsafe { add(p, 1) },
         None => {
             let _ = ERRORS.insert(&key, &1, BPF_NOEXIST as u64);
         }

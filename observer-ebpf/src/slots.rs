@@ -6,7 +6,7 @@ use core::ptr::{addr_of_mut, read_volatile};
 use aya_ebpf::maps::Array;
 use observer_common::maps::{slot_index, Slot};
 
-use crate::store::put;
+use crate::store::{add, put};
 
 /// The value of the object at `addr` in its slot, if it owns the slot; else `None` (the object
 /// lives in the hash map, if anywhere). `addr` must be a number, not a typed pointer (the
@@ -66,22 +66,6 @@ fn take<V>(map: &Array<Slot<V>>, addr: u64, take_back: bool) -> Option<*mut V> {
     Some(unsafe { addr_of_mut!((*s).value) })
 }
 
-/// `*p += v` as one `BPF_XADD`, its result unused (no `BPF_FETCH`: it verifies on every
-/// kernel). The BPF target has no atomic read-modify-write in `core`, so it is written out.
-#[inline(always)]
-fn xadd(p: *mut u64, v: u64) {
-    // SAFETY: `p` points at a u64 in a map value (a slot's `claims`: valid, 8-aligned, from
-    // `addr_of_mut!` on a non-null element); the instruction adds `v` to it atomically (BPF_XADD)
-    // and touches no other memory, and no register but its two inputs.
-    unsafe {
-        core::arch::asm!(
-            "lock *(u64 *)({p} + 0) += {v}",
-            p = in(reg) p,
-            v = in(reg) v,
-        )
-    };
-}
-
 /// Whether this CPU won the free slot whose `claims` is at `claims` (`key`: the slot's key as
 /// read): its add made the count 1. Without `take_back` a losing add stays (slots owned for
 /// good: the slot is someone's anyway); with it, it is subtracted again (leased slots, which
@@ -93,13 +77,15 @@ fn try_claim(claims: *mut u64, key: u64, take_back: bool) -> bool {
     if key != 0 || unsafe { read_volatile(claims) } != 0 {
         return false;
     }
-    xadd(claims, 1);
+    // SAFETY: `claims` is a valid u64 of a slot element (as above).
+    unsafe { add(claims, 1) };
     // SAFETY: as above: one volatile load of the valid `claims`, after this CPU's add.
     if unsafe { read_volatile(claims) } == 1 {
         return true;
     }
     if take_back {
-        xadd(claims, u64::MAX);
+        // SAFETY: as above.
+        unsafe { add(claims, u64::MAX) };
     }
     false
 }
@@ -133,7 +119,7 @@ pub fn give_back<V, R>(map: &Array<Slot<V>>, addr: u64, read: impl FnOnce(&V) ->
     // SAFETY: `key` of the valid element `s`; the slot is still `addr`'s (its claim is released
     // only below), so no other CPU writes the key now.
     unsafe { put(addr_of_mut!((*s).key), 0) };
-    // SAFETY: only the address of the `claims` u64 of the valid element `s`, for the atomic add.
-    xadd(unsafe { addr_of_mut!((*s).claims) }, u64::MAX);
+    // SAFETY: the `claims` u64 of the valid element `s`, for the atomic add.
+    unsafe { add(addr_of_mut!((*s).claims), u64::MAX) };
     Some(v)
 }

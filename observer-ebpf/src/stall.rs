@@ -1,26 +1,27 @@
 //! Stall episodes: a device that went longer than the threshold without a dispatch (requests
 //! queued) or without a completion (requests at the device).
-use observer_common::maps::{
-    DevState, StallEvent, EVENT_STALL, NO_SLOT, STALL_DEVICE, STALL_DISPATCH,
+use observer_common::{
+    maps::{DevState, StallEvent, EVENT_STALL, NO_SLOT, STALL_DEVICE, STALL_DISPATCH},
+    stage::stall,
 };
 
 use crate::maps::{emit, DEVSTATE, SETTINGS};
 
-/// The device's shared state at its slot (the request's [`Inflight::slot`]); None if the disk
-/// had no slot, or the slot is no longer this disk's (the daemon gave it to another disk
+/// The device's shared state at its slot (the request's [`Inflight::dev_slot`]); None if the
+/// disk had no slot, or the slot is no longer this disk's (the daemon gave it to another disk
 /// after this one went away).
 ///
-/// [`Inflight::slot`]: observer_common::maps::Inflight::slot
+/// [`Inflight::dev_slot`]: observer_common::maps::Inflight::dev_slot
 #[inline(always)]
-fn devstate(dev: u32, slot: u32) -> Option<&'static mut DevState> {
-    if slot == NO_SLOT {
+fn devstate(dev: u32, dev_slot: u32) -> Option<&'static mut DevState> {
+    if dev_slot == NO_SLOT {
         return None;
     }
-    let p = DEVSTATE.get_ptr_mut(slot)?;
-    // SAFETY: `p` is DEVSTATE element `slot` (a non-null lookup): valid for the map's life (array
-    // elements are never freed). It is shared: other CPUs and the daemon store into it at once;
-    // every field is an integer, so a race mixes values (the latest writer wins, as DevState
-    // documents), never makes an invalid one.
+    let p = DEVSTATE.get_ptr_mut(dev_slot)?;
+    // SAFETY: `p` is DEVSTATE element `dev_slot` (a non-null lookup): valid for the map's life
+    // (array elements are never freed). It is shared: other CPUs and the daemon store into it at
+    // once; every field is an integer, so a race mixes values (the latest writer wins, as
+    // DevState documents), never makes an invalid one.
     let ds = unsafe { &mut *p };
     if ds.dev == dev {
         Some(ds)
@@ -29,11 +30,12 @@ fn devstate(dev: u32, slot: u32) -> Option<&'static mut DevState> {
     }
 }
 
-/// Emits a stall episode if the device went longer than the threshold without this event.
+/// Emits a stall episode if the device went longer than the threshold without this event
+/// ([`stall`]).
 #[inline(always)]
 fn maybe_stall(dev: u32, kind: u32, class: u16, start_ns: u64, now: u64) {
     let t = SETTINGS.get(0).map(|s| s.stall_ns).unwrap_or(0);
-    if t != 0 && start_ns != 0 && now > start_ns && now - start_ns > t {
+    if stall(t, start_ns, now) {
         emit(&StallEvent {
             kind: EVENT_STALL,
             dev,
@@ -45,25 +47,25 @@ fn maybe_stall(dev: u32, kind: u32, class: u16, start_ns: u64, now: u64) {
     }
 }
 
-/// A dispatch on `dev` (at `slot`) of a request that entered at `enter_ns` (0: the flush
+/// A dispatch on `dev` (at `dev_slot`) of a request that entered at `enter_ns` (0: the flush
 /// request), starting at `sector` (512 B), `sectors` long. Ends a dispatch stall: requests were
 /// queued and none was dispatched since max(last dispatch, entry). Returns whether it is a
-/// missed adjacent merge after the device's previous dispatch ([`crate::merge::dispatched`];
-/// false on a disk without a slot).
+/// missed adjacent merge after the device's previous dispatch
+/// ([`crate::missed_merge::dispatched`]; false on a disk without a slot).
 #[inline(always)]
 pub fn dispatched(
     dev: u32,
-    slot: u32,
+    dev_slot: u32,
     class: u16,
     enter_ns: u64,
     now: u64,
     sector: u64,
     sectors: u32,
 ) -> bool {
-    let Some(ds) = devstate(dev, slot) else {
+    let Some(ds) = devstate(dev, dev_slot) else {
         return false;
     };
-    let missed = crate::merge::dispatched(ds, class, sector, sectors, now);
+    let missed = crate::missed_merge::dispatched(ds, class, sector, sectors, now);
     if enter_ns != 0 {
         maybe_stall(
             dev,
@@ -77,11 +79,11 @@ pub fn dispatched(
     missed
 }
 
-/// A completion on `dev` (at `slot`) of a request dispatched at `dispatch_ns`. Ends a device
+/// A completion on `dev` (at `dev_slot`) of a request dispatched at `dispatch_ns`. Ends a device
 /// stall: requests at the device and none completed since max(last completion, this dispatch).
 #[inline(always)]
-pub fn completed(dev: u32, slot: u32, class: u16, dispatch_ns: u64, now: u64) {
-    let Some(ds) = devstate(dev, slot) else {
+pub fn completed(dev: u32, dev_slot: u32, class: u16, dispatch_ns: u64, now: u64) {
+    let Some(ds) = devstate(dev, dev_slot) else {
         return;
     };
     maybe_stall(

@@ -1,6 +1,10 @@
 //! Writing map values. Every store is a plain (volatile) store of one field: a struct-wide
 //! write may be compiled to a call to an out-of-line `memset`/`memcpy`, which the verifier of
 //! 6.1 refuses on map values (see observer/src/bpf/loader.rs, `programs_call_no_memory_builtins`).
+//! Every count is one atomic add ([`add`]): programs nest on a CPU (a completion in an
+//! interrupt runs on top of a program in the interrupted task or softirq: nested.rs), and a
+//! load, add and store of a per-CPU count that such a program also counts into would lose the
+//! nested program's increment if the interrupt came between the load and the store.
 use core::ptr::addr_of_mut;
 
 use aya_ebpf::{
@@ -25,9 +29,9 @@ pub unsafe fn put<T>(p: *mut T, v: T) {
     core::ptr::write_volatile(p, v)
 }
 
-/// Fills an [`Inflight`] (a map value) field by field; submitter and dispatch fields zero. `slot` is the
-/// disk's slot in the per-device arrays (`NO_SLOT` if none). Times in ns, `sector` in 512 B,
-/// `size` in bytes.
+/// Fills an [`Inflight`] (a map value) field by field; submitter and dispatch fields zero.
+/// `dev_slot` is the disk's slot in the per-device arrays (`NO_SLOT` if none). Times in ns,
+/// `sector` in 512 B, `size` in bytes.
 ///
 /// # Safety
 ///
@@ -43,7 +47,7 @@ pub unsafe fn fill(
     enter_ns: u64,
     dispatch_ns: u64,
     dev: u32,
-    slot: u32,
+    dev_slot: u32,
     class: u16,
     sector: u64,
     size: u32,
@@ -62,7 +66,7 @@ pub unsafe fn fill(
     let comm = addr_of_mut!((*e).comm) as *mut u64;
     put(comm, 0);
     put(comm.add(1), 0);
-    put(addr_of_mut!((*e).slot), slot);
+    put(addr_of_mut!((*e).dev_slot), dev_slot);
     put(addr_of_mut!((*e).bios), 0);
     put(addr_of_mut!((*e).missed), 0);
     put(addr_of_mut!((*e).end_by), END_TRACED);
@@ -72,26 +76,52 @@ pub unsafe fn fill(
 // `fill` writes `Inflight::comm` as two u64.
 const _: () = assert!(core::mem::offset_of!(Inflight, comm) % 8 == 0);
 
-/// Adds `ns` to a histogram.
+/// `*p += v` as one `BPF_XADD` (on x86-64 one `lock add`), its result unused: no
+/// `BPF_FETCH`, so it verifies on every kernel (the fetching atomics came in 5.12). An
+/// interrupt cannot split it, so a nested program's count into the same u64 is never lost.
+/// The BPF target has no atomic read-modify-write in `core`, so it is written out.
+///
+/// # Safety
+///
+/// `p` must be valid for reads and writes of a u64 and 8-aligned: a field of a map value from
+/// a non-null lookup (`addr_of_mut!`), valid while the program runs.
 #[inline(always)]
-pub fn observe(h: &mut StageHist, ns: u64) {
-    let mut i = bucket_index(ns);
-    if i >= NBUCKETS {
-        i = NBUCKETS - 1;
-    }
-    h.buckets[i] += 1;
-    h.sum_ns += ns;
+pub unsafe fn add(p: *mut u64, v: u64) {
+    // SAFETY: `p` is valid and aligned (the caller's contract); the instruction adds `v` to it
+    // atomically and touches no other memory, and no register but its two inputs.
+    core::arch::asm!(
+        "lock *(u64 *)({p} + 0) += {v}",
+        p = in(reg) p,
+        v = in(reg) v,
+    )
 }
 
-/// Adds `n` samples of `ns` to a histogram.
+/// Adds `n` samples of `ns` to a histogram: two atomic adds ([`add`]).
+///
+/// # Safety
+///
+/// `h` must point at a `StageHist` inside a map value from a non-null lookup (valid and
+/// 8-aligned while the program runs).
 #[inline(always)]
-pub fn observe_n(h: &mut StageHist, ns: u64, n: u64) {
+pub unsafe fn observe_n(h: *mut StageHist, ns: u64, n: u64) {
     let mut i = bucket_index(ns);
     if i >= NBUCKETS {
         i = NBUCKETS - 1;
     }
-    h.buckets[i] += n;
-    h.sum_ns += ns * n;
+    // SAFETY: `i < NBUCKETS`, so the bucket is a u64 inside `*h`, valid by the caller's contract;
+    // so is `sum_ns`.
+    add(addr_of_mut!((*h).buckets).cast::<u64>().add(i), n);
+    add(addr_of_mut!((*h).sum_ns), ns * n);
+}
+
+/// Adds `ns` to a histogram ([`observe_n`] of one sample).
+///
+/// # Safety
+///
+/// As [`observe_n`].
+#[inline(always)]
+pub unsafe fn observe(h: *mut StageHist, ns: u64) {
+    observe_n(h, ns, 1)
 }
 
 /// The entry of `key` in a per-CPU hash map, inserted from the all-zero template `zero[0]` on

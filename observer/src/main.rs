@@ -153,14 +153,34 @@ fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
     Ok(cfg)
 }
 
+/// True when stderr is the journal's stream (systemd sets `JOURNAL_STREAM=<dev>:<ino>` of it,
+/// systemd.exec(5)): the journal stamps every line itself.
+fn stderr_is_journal() -> bool {
+    let Some(v) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes a `struct stat` into the buffer it is given; read only on success.
+    if unsafe { libc::fstat(libc::STDERR_FILENO, st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: fstat returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    v.to_str() == Some(&format!("{}:{}", st.st_dev, st.st_ino))
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("OBSERVER_LOG")
                 .unwrap_or_else(|_| "info".into()),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    if stderr_is_journal() {
+        logs.without_time().init();
+    } else {
+        logs.init();
+    }
     let cli = Cli::parse();
     if let Some(cmd) = cli.command {
         // A client piped into `head` should end quietly, like other CLI tools.

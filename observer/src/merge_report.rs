@@ -15,11 +15,8 @@ use observer_common::maps::{MissedMerge, MERGE_PAIRS_PER_CPU};
 use serde::Serialize;
 
 use crate::{
-    bpf::maps::KernelMaps,
-    collect::snapshot::Snapshot,
-    config::DeviceFilter,
-    labels::{device_name, ClassInfo},
-    time::Clock,
+    bpf::maps::KernelMaps, collect::snapshot::Snapshot, config::DeviceFilter, disks::DiskView,
+    labels::ClassInfo, time::Clock,
 };
 
 /// One request of a pair, at its dispatch.
@@ -138,12 +135,13 @@ pub fn pair(p: &MissedMerge, device: String, clock: &Clock) -> MergePair {
 }
 
 /// Builds the report: `snap` for the per-class totals (already limited to `filter`),
-/// `pairs`/`recorded` from [`read_pairs`], `window_ns` the setting in effect.
+/// `pairs`/`recorded` from [`read_pairs`], `window_ns` the setting in effect, `disks` names
+/// the pairs' devices.
 pub fn report(
     snap: &Snapshot,
-    pairs: &[MissedMerge],
-    recorded: u64,
+    (pairs, recorded): (&[MissedMerge], u64),
     filter: &DeviceFilter,
+    disks: &DiskView,
     query: &MergeFilter,
     window_ns: u64,
     clock: &Clock,
@@ -167,7 +165,7 @@ pub fn report(
         if query.since_ns.is_some_and(|s| p.dispatch_ns < s) {
             break;
         }
-        let name = device_name(p.dev);
+        let name = disks.name(p.dev);
         if !filter.allows(&name) || !wanted(&name) {
             continue;
         }
@@ -301,19 +299,23 @@ mod tests {
                 first_dispatch_ns: 1_500 + 1_000 * k,
             })
             .collect();
+        let disks = DiskView::default();
+        let run = |q: &MergeFilter, window_ns| {
+            report(
+                &snap,
+                (&pairs, 9),
+                &DeviceFilter::default(),
+                &disks,
+                q,
+                window_ns,
+                &clock,
+            )
+        };
         let q = MergeFilter {
             limit: 3,
             ..Default::default()
         };
-        let r = report(
-            &snap,
-            &pairs,
-            9,
-            &DeviceFilter::default(),
-            &q,
-            1_000_000,
-            &clock,
-        );
+        let r = run(&q, 1_000_000);
         assert_eq!(r.classes.len(), 1, "only classes with requests counted");
         assert_eq!((r.classes[0].requests, r.classes[0].missed_merges), (2, 1));
         assert_eq!(r.pairs.len(), 3);
@@ -333,7 +335,7 @@ mod tests {
             limit: 10,
             device: Some("4000:7".into()),
         };
-        let r = report(&snap, &pairs, 9, &DeviceFilter::default(), &q, 0, &clock);
+        let r = run(&q, 0);
         assert_eq!(r.pairs.len(), 3, "dispatched at 4000, 5000, 6000 ns");
         assert!(r.classes.is_empty(), "loop0 is not the device asked for");
         assert!(render_text(&r).contains("window off"));

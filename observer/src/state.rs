@@ -17,7 +17,7 @@ use crate::{
         windows::HistogramWindows,
     },
     config::{DeviceFilter, LiveWebConfig},
-    disks::KnownDisks,
+    disks::DiskView,
     exposition::{selfmon::HttpRejections, BucketMap, ProcessMetrics},
     fslog::FsLogState,
 };
@@ -60,8 +60,9 @@ pub struct AppState {
     pub http_rejected: Arc<HttpRejections>,
     /// The web configuration in effect (TLS, basic auth); a reload replaces it.
     pub web: Arc<LiveWebConfig>,
-    /// The disks that exist or existed while the daemon ran (what `device=` accepts).
-    pub disks: KnownDisks,
+    /// The latest scan of the disks (device names, bio-based, dm names) and the disks that
+    /// exist or existed while the daemon ran (what `device=` accepts).
+    pub disks: DiskView,
     /// The standard `process_*` metrics of the daemon itself.
     pub process: ProcessMetrics,
     /// The attached programs (their run counters are read at each scrape). Taken and dropped at

@@ -100,7 +100,7 @@ fn api_rejects_bad_unknown_and_repeated_parameters() {
         name
     };
 
-    let cases: Vec<(String, u16, &str)> = [
+    let mut cases: Vec<(String, u16, &str)> = [
         // /stalls: device, since, min, limit, format.
         ("/stalls?since=bogus", 400, "since"),
         ("/stalls?since=-5s", 400, "since"),
@@ -169,6 +169,15 @@ fn api_rejects_bad_unknown_and_repeated_parameters() {
     .into_iter()
     .map(|(p, s, k)| (p.replace("DISK", &d).replace("PART", &part), s, k))
     .collect();
+    // Every endpoint of the one table rejects an unknown parameter, and each parameter of the
+    // API that it does not accept (its table entry lists the ones it does).
+    let all_params = ["device", "since", "min", "limit", "format"];
+    for e in observer::http::ENDPOINTS {
+        cases.push((format!("{}?bogus=1", e.path), 400, "bogus"));
+        for p in all_params.iter().filter(|p| !e.params.contains(p)) {
+            cases.push((format!("{}?{p}=1", e.path), 400, p));
+        }
+    }
     for (path, want, param) in &cases {
         let (status, body) = daemon.get(path).unwrap();
         assert_eq!(status, *want, "{path}: {body}");
@@ -191,8 +200,29 @@ fn api_rejects_bad_unknown_and_repeated_parameters() {
     let (_, body) = daemon.get("/stalls?limit=5&limit=6").unwrap();
     assert!(body.contains("more than once"), "{body}");
 
-    // Accepted: every parameter of every endpoint, the disk by name, by MAJ:MIN, and one gone.
-    for path in [
+    // Accepted: every parameter of every endpoint (its table entry), the disk by name, by
+    // MAJ:MIN, and one gone.
+    let value = |p: &str| match p {
+        "device" => d.clone(),
+        "since" => "30s".to_string(),
+        "min" => "1ms".to_string(),
+        "limit" => "5".to_string(),
+        "format" => "json".to_string(),
+        other => panic!("no sample value for {other}"),
+    };
+    let mut accepted: Vec<String> = Vec::new();
+    for e in observer::http::ENDPOINTS {
+        accepted.push(e.path.to_string());
+        if !e.params.is_empty() {
+            let q: Vec<String> = e
+                .params
+                .iter()
+                .map(|p| format!("{p}={}", value(p)))
+                .collect();
+            accepted.push(format!("{}?{}", e.path, q.join("&")));
+        }
+    }
+    for path in accepted.into_iter().chain([
         "/stalls".to_string(),
         "/stalls?".into(),
         format!("/stalls?device={d}&since=30s&min=1ms&limit=5&format=json"),
@@ -210,7 +240,7 @@ fn api_rejects_bad_unknown_and_repeated_parameters() {
         "/healthz".into(),
         "/openapi.yaml".into(),
         "/".into(),
-    ] {
+    ]) {
         let (status, body) = daemon.get(&path).unwrap();
         assert_eq!(status, 200, "{path}: {body}");
     }

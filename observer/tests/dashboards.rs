@@ -14,7 +14,7 @@ mod support;
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::Read,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::Command,
     time::Duration,
 };
@@ -352,6 +352,36 @@ fn prom_get(base: &str, path: &str, params: &[(&str, &str)]) -> Result<Value, St
     Ok(v["data"].clone())
 }
 
+/// Debian's Prometheus scraping the daemon on 127.0.0.1:`port` every second (rules evaluated
+/// every second), with `rules` loaded if given; its TSDB and log in `dir`. Returns the process,
+/// its base URL and its log file.
+fn prometheus(dir: &TempDir, port: u16, rules: Option<&Path>) -> (ChildGuard, String, PathBuf) {
+    let pport = free_port();
+    let pcfg = dir.join("prometheus.yml");
+    let rule_files = rules.map_or(String::new(), |r| {
+        format!("rule_files: ['{}']\n", r.display())
+    });
+    std::fs::write(
+        &pcfg,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n{rule_files}scrape_configs:\n  - job_name: blkobs\n    \
+             scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let mut pcmd = Command::new("prometheus");
+    pcmd.arg(format!("--config.file={}", pcfg.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
+        .arg("--storage.tsdb.retention.time=1h");
+    let plog = dir.join("prometheus.log");
+    let prom = ChildGuard::spawn(pcmd, "prometheus", &plog);
+    (prom, format!("http://127.0.0.1:{pport}"), plog)
+}
+
 /// Instant query; Ok(number of series with a finite value).
 fn instant(base: &str, q: &str) -> Result<usize, String> {
     let data = prom_get(base, "/api/v1/query", &[("query", q)])?;
@@ -472,27 +502,7 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     fio_cmd.arg(&job);
     let mut fio = ChildGuard::spawn(fio_cmd, "fio", &dir.join("fio.log"));
 
-    let pport = free_port();
-    let pcfg = dir.join("prometheus.yml");
-    std::fs::write(
-        &pcfg,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: blkobs\n    \
-             scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-        ),
-    )
-    .unwrap();
-    let mut pcmd = Command::new("prometheus");
-    pcmd.arg(format!("--config.file={}", pcfg.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
-        .arg("--storage.tsdb.retention.time=1h");
-    let plog = dir.join("prometheus.log");
-    let mut prom = ChildGuard::spawn(pcmd, "prometheus", &plog);
-    let base = format!("http://127.0.0.1:{pport}");
+    let (mut prom, base, plog) = prometheus(&dir, port, None);
 
     // Wait until Prometheus holds ≥ 15 s of scrapes of every class the workload makes
     // (flushes are the last to appear) and the target is healthy.
@@ -613,4 +623,149 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
         "the eBPF cost panels' expressions ({bpf_cost}) did not evaluate"
     );
     eprintln!("{evaluated} dashboard expressions returned data");
+}
+
+/// The monitoring mixin (packaging/blkobs-rules.yml): `promtool check rules` and `promtool
+/// test rules packaging/blkobs-rules.test.yml` (every alert firing and not firing, every
+/// recording rule's value on synthetic series) pass, and the test file covers every alert
+/// (one case that fires) and every recording rule of the rules file.
+#[test]
+fn rules_pass_promtool_tests() {
+    if !require_tool("promtool", "Debian package prometheus") {
+        return;
+    }
+    let dir = repo_root().join("packaging");
+    for args in [
+        ["check", "rules", "blkobs-rules.yml"],
+        ["test", "rules", "blkobs-rules.test.yml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let rules = std::fs::read_to_string(dir.join("blkobs-rules.yml")).unwrap();
+    let tests = std::fs::read_to_string(dir.join("blkobs-rules.test.yml")).unwrap();
+    let names = |key: &str| -> Vec<String> {
+        rules
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix(key))
+            .map(|n| n.trim().to_string())
+            .collect()
+    };
+    let (alerts, records) = (names("- alert:"), names("- record:"));
+    assert!(
+        alerts.len() >= 10 && records.len() >= 4,
+        "{alerts:?} {records:?}"
+    );
+    for a in &alerts {
+        // A case of this alert whose expected alerts are not empty.
+        let fires = tests
+            .split("alertname: ")
+            .skip(1)
+            .any(|case| case.starts_with(&format!("{a}\n")) && case.contains("exp_alerts:\n"));
+        assert!(
+            fires,
+            "no promtool case where {a} fires in blkobs-rules.test.yml"
+        );
+    }
+    for r in &records {
+        assert!(
+            tests.contains(&format!("- expr: {r}")),
+            "recording rule {r} has no promql_expr_test in blkobs-rules.test.yml"
+        );
+    }
+}
+
+/// The shipped rules loaded by Debian's Prometheus scraping a real daemon: a direct write held
+/// at a FUSE-backed disk fires `BlkobsRequestsStuck` (oldest in-flight age over 10 s) for that
+/// device and stage `device`, and the alert ends once the write completes.
+#[test]
+fn stuck_request_alert_fires_for_real() {
+    if !require_root_and(&["prometheus", "losetup"]) {
+        return;
+    }
+    let dir = TempDir::new("blkobs-alert");
+    let disk = SlowDisk::new(16, "none");
+    let port = free_port();
+    let mut cmd = Command::new(observer_bin());
+    cmd.args([
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--device",
+        &disk.name,
+    ]);
+    let _daemon = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
+    let rules = repo_root().join("packaging/blkobs-rules.yml");
+    let (mut prom, base, plog) = prometheus(&dir, port, Some(&rules));
+    let up = wait_for(Duration::from_secs(60), || {
+        assert!(
+            prom.running(),
+            "prometheus exited:\n{}",
+            std::fs::read_to_string(&plog).unwrap_or_default()
+        );
+        (instant(&base, "up{job=\"blkobs\"} == 1").ok()? == 1).then_some(())
+    });
+    assert!(up.is_some(), "the daemon never scraped up");
+    let firing = |v: &Value| -> Option<Value> {
+        v["alerts"]
+            .as_array()?
+            .iter()
+            .find(|a| {
+                a["labels"]["alertname"] == "BlkobsRequestsStuck"
+                    && a["labels"]["device"] == disk.name.as_str()
+                    && a["state"] == "firing"
+            })
+            .cloned()
+    };
+    let dd = named_dd("blkobs-alertwr");
+    let held_at = std::time::Instant::now();
+    let mut child = disk.hold_write(|| {
+        Command::new(&dd)
+            .args([
+                "if=/dev/zero",
+                &format!("of={}", disk.path),
+                "bs=4k",
+                "count=1",
+                "oflag=direct",
+                "status=none",
+            ])
+            .spawn()
+            .unwrap()
+    });
+    let alert = wait_for(Duration::from_secs(40), || {
+        firing(&prom_get(&base, "/api/v1/alerts", &[]).ok()?)
+    });
+    let after = held_at.elapsed();
+    disk.knobs().release();
+    assert!(child.wait().unwrap().success(), "the held write failed");
+    let alert = alert.unwrap_or_else(|| {
+        panic!(
+            "BlkobsRequestsStuck never fired for {} in 40 s; alerts: {:?}",
+            disk.name,
+            prom_get(&base, "/api/v1/alerts", &[])
+        )
+    });
+    eprintln!(
+        "firing {:.1} s after the write was held: {alert}",
+        after.as_secs_f64()
+    );
+    assert_eq!(alert["labels"]["stage"], "device", "{alert}");
+    assert_eq!(alert["labels"]["severity"], "critical", "{alert}");
+    assert!(after >= Duration::from_secs(10), "fired after {after:?}");
+    let ended = wait_for(Duration::from_secs(30), || {
+        let v = prom_get(&base, "/api/v1/alerts", &[]).ok()?;
+        firing(&v).is_none().then_some(())
+    });
+    assert!(
+        ended.is_some(),
+        "BlkobsRequestsStuck still firing 30 s after the release"
+    );
 }

@@ -436,12 +436,7 @@ fn check_submitter_cgroup_is(d: &Daemon, dir: &Path, what: &str, named: bool) {
         let (status, body) = d.get("/stalls?format=json&limit=10000").unwrap();
         assert_eq!(status, 200, "{body}");
         let v: Value = serde_json::from_str(&body).unwrap();
-        let mine: Vec<&Value> = v["slow"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|s| s["submitter"]["comm"] == "blkobs-cgwriter")
-            .collect();
+        let mine = slow_where(&v, |s| s["submitter"]["comm"] == "blkobs-cgwriter");
         if !mine.is_empty() {
             for s in &mine {
                 if named {

@@ -98,6 +98,7 @@ fn process_metrics_are_sane() {
     let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
     let cpu = v("process_cpu_seconds_total");
     eprintln!("cpu {cpu} s (/proc: {} ticks)", ticks);
+    // SAFETY: sysconf reads a constant of the C library; no memory is passed.
     let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     assert!(
         cpu >= 0.0 && cpu <= ticks / tck + 1.0,
@@ -209,4 +210,24 @@ fn bpf_program_cost_counts_every_completion() {
     eprintln!("all programs: {all_runs} runs, {all_secs:.6} s");
     drop(daemon);
     drop(stats);
+}
+
+/// A test that sums a metric the daemon no longer declares (renamed, misspelled) fails instead
+/// of reading 0: support/metrics.rs `declared` knows the families from observer/src.
+#[test]
+fn sums_over_undeclared_metrics_fail() {
+    let m = Metrics::parse(
+        "# TYPE blkobs_requests_total counter\nblkobs_requests_total{device=\"loop0\"} 3\n",
+    );
+    assert_eq!(m.sum("blkobs_requests_total", &[("device", "loop0")]), 3.0);
+    // Declared, absent from this scrape: a real zero.
+    assert_eq!(m.sum("blkobs_lost_completions_total", &[]), 0.0);
+    assert!(declared("blkobs_request_latency_seconds_bucket"));
+    assert!(declared("process_cpu_seconds_total"));
+    assert!(!declared("blkobs_request_total"));
+    let renamed = std::panic::catch_unwind(|| m.sum("blkobs_completions_lost_total", &[]));
+    assert!(
+        renamed.is_err(),
+        "a sum over an undeclared metric must fail"
+    );
 }

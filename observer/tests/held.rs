@@ -307,34 +307,39 @@ fn tag_wait_is_queue_time() {
     disk.set_queue("nr_requests", "4");
     quiesce(&disk.name);
     let before = lost_untracked(&daemon, &disk.name);
-    disk.knobs().hold_next_write();
     let dd = named_dd("blkobs-tagwait");
-    let t0 = Instant::now();
-    let mut writers: Vec<_> = (0..8u64)
-        .map(|i| {
-            Command::new(&dd)
-                .args([
-                    "if=/dev/zero",
-                    "bs=4k",
-                    "count=1",
-                    "oflag=direct",
-                    "status=none",
-                ])
-                .arg(format!("of={}", disk.path))
-                .arg(format!("seek={}", i * 16))
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
     // All eight submitted: each sleeps in the kernel (D), for its completion or for a tag.
-    let asleep = wait_for(Duration::from_secs(30), || {
-        (disk.knobs().holding() && writers.iter().all(|c| proc_state(c.id()) == Some('D')))
-            .then_some(())
-    });
-    assert!(
-        asleep.is_some(),
-        "the eight writers never all slept in the kernel"
+    let (t0, mut writers) = disk.hold_write_until(
+        || {
+            let t0 = Instant::now();
+            let writers: Vec<_> = (0..8u64)
+                .map(|i| {
+                    Command::new(&dd)
+                        .args([
+                            "if=/dev/zero",
+                            "bs=4k",
+                            "count=1",
+                            "oflag=direct",
+                            "status=none",
+                        ])
+                        .arg(format!("of={}", disk.path))
+                        .arg(format!("seek={}", i * 16))
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            (t0, writers)
+        },
+        Duration::from_millis(100),
+        Duration::from_secs(30),
+        |(_, writers)| {
+            writers
+                .iter()
+                .all(|c| proc_state(c.id()) == Some('D'))
+                .then_some(())
+                .ok_or_else(|| "the eight writers never all slept in the kernel".to_string())
+        },
     );
     let held_from = Instant::now();
     std::thread::sleep(Duration::from_millis(300));
@@ -497,10 +502,12 @@ fn bio_slots_are_given_back() {
         ])
     });
     // Mid-run: 16 submitters, 4 tags: a dozen sleep in io_submit, each with a bio that
-    // holds a slot while it waits (sampled through the daemon's mapped read).
+    // holds a slot while it waits (sampled through the daemon's mapped read), every 50 ms for
+    // as long as fio runs: its 16 jobs may take seconds to start under TCG (a fixed 2 s of
+    // sampling saw none on 6.1 once, with two guests on two cores).
     let view = SlotView::<BioQueued>::new(IterableMap::map(&slots)).unwrap();
     let mut most = 0;
-    for _ in 0..40 {
+    while !load.is_finished() {
         std::thread::sleep(Duration::from_millis(50));
         let held = view
             .read()

@@ -8,14 +8,14 @@ use std::{path::Path, process::Command, time::Duration};
 
 use support::*;
 
-const OPS: [&str; 6] = ["read", "write", "flush", "discard", "write_zeroes", "other"];
-
-/// fsync-heavy load, fio random mixed I/O, buffered sequential read, delete + fstrim.
-fn workload(m: &Mount, fsyncs: usize) {
-    fsync_files(&m.dir, fsyncs);
-    let dir = format!("--directory={}", m.dir.display());
+/// More load than the matrix's (`support::end_to_end_on`): fio random mixed I/O on 48 MiB,
+/// and sequential 4 KiB direct writes submitted 16 at a time (one plug), whose adjacent bios
+/// merge into one request (block/blk-merge.c, plug merges), so the merge counts below are not
+/// 0 = 0.
+fn more_load(dir: &Path) {
+    let dir = format!("--directory={}", dir.display());
     fio(&[
-        "--name=rand",
+        "--name=rand48",
         &dir,
         "--size=48M",
         "--rw=randrw",
@@ -27,17 +27,6 @@ fn workload(m: &Mount, fsyncs: usize) {
         "--time_based",
     ]);
     fio(&[
-        "--name=seq",
-        &dir,
-        "--size=16M",
-        "--rw=read",
-        "--bs=64k",
-        "--ioengine=psync",
-        "--invalidate=1",
-    ]);
-    // Sequential 4 KiB direct writes submitted 16 at a time (one plug): adjacent bios merge
-    // into one request (block/blk-merge.c, plug merges), so the merge counts below are not 0 = 0.
-    fio(&[
         "--name=merge",
         &dir,
         "--size=8M",
@@ -48,82 +37,30 @@ fn workload(m: &Mount, fsyncs: usize) {
         "--iodepth=16",
         "--iodepth_batch_submit=16",
     ]);
-    for e in std::fs::read_dir(&m.dir).unwrap() {
-        std::fs::remove_file(e.unwrap().path()).unwrap();
-    }
-    sh("fstrim", &[m.dir.to_str().unwrap()]);
 }
 
-fn requests(m: &Metrics, dev: &str, op: &str) -> f64 {
-    m.sum("blkobs_requests_total", &[("device", dev), ("op", op)])
-}
-
-/// The whole end-to-end check on one scheduler.
-fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
-    let daemon = Daemon::start_env(&[], env);
-    let mode = if env.is_empty() { "tp_btf" } else { "raw_tp" };
-    assert_eq!(
-        daemon
-            .scrape()
-            .sum("blkobs_build_info", &[("attach", mode)]),
-        1.0
-    );
-    let dev = LoopDev::new(700, scheduler);
-    assert_eq!(
-        dev.sysfs("queue/write_cache"),
-        "write back",
-        "loop devices here have a volatile write cache"
-    );
-    quiesce(&dev.name);
-    let before = daemon.scrape();
-    let d0 = diskstats(&dev.name);
-    let pid1 = Pid1Completions::start(&[dev.kdev()]);
-
-    let mut m = Mount::new(&dev, &["mkfs.xfs", "-q", "-f"]);
-    let fsyncs = 200;
-    workload(&m, fsyncs);
-    m.unmount();
-    quiesce(&dev.name);
-    // Let the reaper retire requests whose completion event did not reach the programs (two
-    // passes 1 s apart, more than 1 s after dispatch).
-    std::thread::sleep(Duration::from_millis(3500));
-    let in_pid1 = Pid1Completions::of(&pid1.stop(), dev.kdev()) as f64;
-    let d1 = diskstats(&dev.name);
-    let after = daemon.scrape();
-    let n = &dev.name;
-
-    // 1. Completed requests by op equal the kernel's own accounting exactly.
-    let delta = |f: fn(&DiskStats) -> u64| (f(&d1) - f(&d0)) as f64;
-    let ours = |op: &str| requests(&after, n, op) - requests(&before, n, op);
-    let (r, w, d, f) = (
-        ours("read"),
-        ours("write") + ours("write_zeroes"),
-        ours("discard"),
-        ours("flush"),
-    );
-    eprintln!(
-        "[{scheduler}] diskstats r={} w={} d={} f={} | observer r={r} w={w} d={d} f={f}",
-        delta(|s| s.reads),
-        delta(|s| s.writes),
-        delta(|s| s.discards),
-        delta(|s| s.flushes)
-    );
-    assert_eq!(r, delta(|s| s.reads), "reads");
-    assert_eq!(w, delta(|s| s.writes), "writes (incl. write_zeroes)");
-    assert_eq!(d, delta(|s| s.discards), "discards");
-    assert_eq!(f, delta(|s| s.flushes), "flushes");
-    assert_eq!(ours("other"), 0.0);
+/// The matrix's end-to-end check (requests and bytes per op = diskstats, lost only in PID 1's
+/// context, 0 untracked, log writes, PREFLUSH/FUA, queue + device = total per class) on an XFS
+/// loop device with one scheduler, plus: merges = diskstats' merged counts, the flush request's
+/// device-stage samples, no absurd latency, the read-time witness and promtool.
+fn end_to_end(scheduler: &str, mode: &str) {
+    let tag = format!("[{scheduler} {mode}]");
+    let (daemon, dev) = e2e_setup(&tag, mode, &[], 700, scheduler);
+    let e = end_to_end_with(&daemon, &tag, dev.name(), dev.kdev(), "xfs", more_load);
+    let (before, after, n) = (&e.before, &e.after, dev.name());
+    let delta = |f: fn(&DiskStats) -> u64| (f(&e.d1) - f(&e.d0)) as f64;
     assert!(
-        r > 1000.0 && w > 1000.0 && d > 0.0 && f >= fsyncs as f64,
-        "workload too small to prove anything"
+        e.reads > 1000.0 && e.writes > 1000.0 && e.discards > 0.0,
+        "{tag} workload too small to prove anything"
     );
 
+    // 1. Merges equal the kernel's merged counts.
     let merges = |op: &str| {
         after.sum("blkobs_merges_total", &[("device", n), ("op", op)])
             - before.sum("blkobs_merges_total", &[("device", n), ("op", op)])
     };
     eprintln!(
-        "[{scheduler}] merges: diskstats r={} w={} | observer r={} w={}",
+        "{tag} merges: diskstats r={} w={} | observer r={} w={}",
         delta(|s| s.reads_merged),
         delta(|s| s.writes_merged),
         merges("read"),
@@ -140,54 +77,18 @@ fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
         "write merges"
     );
 
-    let lost: f64 = after.sum("blkobs_lost_completions_total", &[("device", n)]);
-    let total: f64 = OPS.iter().map(|op| ours(op)).sum();
-    eprintln!(
-        "[{scheduler}] lost completions {lost} of {total} requests, {in_pid1} completions in \
-         PID 1's context"
-    );
-    // Only completions the kernel ran no BPF program for (tests/lost.rs).
-    assert!(
-        lost <= in_pid1,
-        "lost completions with another cause: {lost} lost, {in_pid1} in PID 1's context"
-    );
-
-    // 2. XFS log writes on a write-back cache carry PREFLUSH/FUA: at least one per fsync.
-    let log_like = after.sum(
-        "blkobs_requests_total",
-        &[("device", n), ("op", "write"), ("fua", "true")],
-    ) + after.sum(
-        "blkobs_requests_total",
-        &[
-            ("device", n),
-            ("op", "write"),
-            ("preflush", "true"),
-            ("fua", "false"),
-        ],
-    );
-    eprintln!("[{scheduler}] preflush/fua writes: {log_like} for {fsyncs} fsyncs");
-    assert!(
-        log_like >= fsyncs as f64,
-        "{log_like} preflush/FUA writes for {fsyncs} fsyncs"
-    );
-    // The internal flush request has a device stage, and no queue stage: one device-stage
+    // 2. The internal flush request has a device stage, and no queue stage: one device-stage
     // sample per flush the kernel counted (diskstats), less the flushes reported lost.
-    let flush_samples = after.sum(
-        "blkobs_request_latency_seconds_count",
-        &[("device", n), ("op", "flush"), ("stage", "device")],
-    ) - before.sum(
-        "blkobs_request_latency_seconds_count",
-        &[("device", n), ("op", "flush"), ("stage", "device")],
-    );
-    let flush_lost = after.sum(
-        "blkobs_lost_completions_total",
-        &[("device", n), ("op", "flush")],
-    ) - before.sum(
-        "blkobs_lost_completions_total",
-        &[("device", n), ("op", "flush")],
-    );
+    let flush = |what: &str, stage: Option<&str>| {
+        let mut sel = vec![("device", n), ("op", "flush")];
+        if let Some(st) = stage {
+            sel.push(("stage", st));
+        }
+        after.sum(what, &sel) - before.sum(what, &sel)
+    };
+    let flush_lost = flush("blkobs_lost_completions_total", None);
     assert_eq!(
-        flush_samples,
+        flush("blkobs_request_latency_seconds_count", Some("device")),
         delta(|s| s.flushes) - flush_lost,
         "flush device-stage samples vs diskstats flushes ({flush_lost} lost)"
     );
@@ -199,42 +100,23 @@ fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
         0.0
     );
 
-    // 3. Per class: queue + device = total (sums), counts consistent, no absurd latency.
+    // 3. Several classes, none with an absurd latency: nothing above 67 s (the last finite
+    // bucket) on a RAM-backed loop device.
     let classes = after.latency_classes(n);
     assert!(
         classes.len() >= 4,
         "expected several classes, got {classes:?}"
     );
     for class in &classes {
-        let want = labels(class);
-        let stage = |st: &str, what: &str| after.class_stage(class, st, what);
-        let (q, dv, t) = after.stage_sums(class);
-        assert!(
-            q >= 0.0 && dv >= 0.0 && t > 0.0,
-            "{class:?}: negative or empty sums"
-        );
-        assert!(
-            (q + dv - t).abs() <= 1e-6 * t.max(1.0),
-            "{class:?}: queue {q} + device {dv} != total {t}"
-        );
-        let requests = after.sum("blkobs_requests_total", &want);
-        let lost = after.sum("blkobs_lost_completions_total", &want);
-        assert_eq!(
-            stage("total", "count"),
-            requests - lost,
-            "{class:?}: total-stage samples vs requests"
-        );
-        // Nothing above 67 s (the last finite bucket) on a RAM-backed loop device.
-        let mut w = want.clone();
+        let mut w = labels(class);
         w.push(("stage", "total"));
         w.push(("le", "67.108864"));
         assert_eq!(
             after.sum("blkobs_request_latency_seconds_bucket", &w),
-            stage("total", "count"),
+            after.class_stage(class, "total", "count"),
             "{class:?}: absurd latency"
         );
     }
-    // The scheduler holds requests with mq-deadline: queue time is real there.
     let q_reads = after.sum(
         "blkobs_request_latency_seconds_count",
         &[("device", n), ("op", "read"), ("stage", "queue")],
@@ -257,7 +139,7 @@ fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
         &[("device", n), ("op", "read"), ("stage", "total")],
     );
     let ks_read_s = delta(|s| s.read_ms) / 1000.0;
-    eprintln!("[{scheduler}] read time: diskstats {ks_read_s:.3} s, observer {our_read_s:.3} s");
+    eprintln!("{tag} read time: diskstats {ks_read_s:.3} s, observer {our_read_s:.3} s");
     assert!(
         our_read_s <= ks_read_s * 1.05 + 0.02 && our_read_s >= ks_read_s * 0.95 - 0.01,
         "read time {our_read_s} s vs diskstats {ks_read_s} s"
@@ -265,7 +147,6 @@ fn end_to_end(scheduler: &str, env: &[(&str, &str)]) {
 
     // 5. The exposition passes promtool.
     promtool_check(&daemon.metrics_text());
-    drop(m);
 }
 
 fn promtool_check(text: &str) {
@@ -295,14 +176,14 @@ fn promtool_check(text: &str) {
 #[test]
 fn scheduler_none_end_to_end() {
     if require_root("scheduler_none_end_to_end") {
-        end_to_end("none", &[]);
+        end_to_end("none", "tp_btf");
     }
 }
 
 #[test]
 fn scheduler_mq_deadline_end_to_end() {
     if require_root("scheduler_mq_deadline_end_to_end") {
-        end_to_end("mq-deadline", &[]);
+        end_to_end("mq-deadline", "tp_btf");
     }
 }
 
@@ -310,7 +191,7 @@ fn scheduler_mq_deadline_end_to_end() {
 #[test]
 fn raw_tp_fallback_end_to_end() {
     if require_root("raw_tp_fallback_end_to_end") {
-        end_to_end("mq-deadline", &[("OBSERVER_ATTACH", "raw_tp")]);
+        end_to_end("mq-deadline", "raw_tp");
     }
 }
 
@@ -410,7 +291,7 @@ fn inflight_at_start_is_untracked() {
     }
     const DEPTH: u64 = 64;
     let dev = LoopDev::new(256, "mq-deadline");
-    let mut fio = Command::new("fio")
+    let mut bg = Command::new("fio")
         .args([
             "--name=bg",
             &format!("--filename={}", dev.path),
@@ -452,7 +333,21 @@ fn inflight_at_start_is_untracked() {
     slow.knobs().release();
     assert!(held.wait().unwrap().success());
     std::thread::sleep(Duration::from_millis(1000));
-    assert!(fio.wait().unwrap().success());
+    assert!(bg.wait().unwrap().success());
+    // A fixed amount of I/O with the daemon up, so the tracked side is never too small to
+    // prove anything, however long the start took (fio's 6 s above may all pass during it on a
+    // loaded machine: `count > 1000` failed once so).
+    const AFTER: u64 = 5120;
+    fio(&[
+        "--name=after",
+        &format!("--filename={}", dev.path),
+        "--rw=randread",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=16",
+        &format!("--io_size={}", AFTER * 4096),
+    ]);
     quiesce(&dev.name);
     quiesce(&slow.name);
     let end = diskstats(&dev.name);
@@ -496,8 +391,11 @@ fn inflight_at_start_is_untracked() {
         "blkobs_request_latency_seconds_bucket",
         &[("device", n), ("stage", "total"), ("le", "1.048576")],
     );
-    assert!(count > 1000.0);
     let lost = m.sum("blkobs_lost_completions_total", &[("device", n)]);
+    assert!(
+        count + lost >= AFTER as f64,
+        "{count} latencies and {lost} lost for at least the {AFTER} reads after start-up"
+    );
     assert_eq!(
         count,
         requests - lost,
@@ -656,5 +554,76 @@ fn gone_disks_leave_metrics_after_forget_after() {
         n,
         (ops(&d1) - ops(&d0)) as f64,
         "{name} re-created: counts from zero, as its diskstats since it was created"
+    );
+}
+
+/// `blkobs_disk_info` of a loop device made after the daemon started: its queue as util-linux's
+/// lsblk reads it (ROTA, LOG-SEC, PHY-SEC, SCHED), no drive identity (loop has no `device/`),
+/// and a scheduler and write cache changed while it runs in the next scrapes. The qemu drives'
+/// model, serial, revision and wwid: tests/drivers.rs in the kernel matrix.
+#[test]
+fn disk_info_follows_the_queue() {
+    if !require_root("disk_info_follows_the_queue") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let dev = LoopDev::new(16, "mq-deadline");
+    let info = || -> Option<std::collections::BTreeMap<String, String>> {
+        let m = Metrics::parse(&daemon.metrics_text());
+        let want = [("device", dev.name.as_str())];
+        let s: Vec<_> = m.select("blkobs_disk_info", &want).collect();
+        assert!(s.len() <= 1, "{} series of {}", s.len(), dev.name);
+        s.first().map(|s| s.labels.clone())
+    };
+    assert!(
+        wait_every(Duration::from_millis(200), Duration::from_secs(5), || info(
+        )
+        .is_some()),
+        "no blkobs_disk_info of {} within 5 s",
+        dev.name
+    );
+    let l = info().unwrap();
+    let lsblk = sh(
+        "lsblk",
+        &[
+            "-d",
+            "-n",
+            "-r",
+            "-o",
+            "ROTA,LOG-SEC,PHY-SEC,SCHED",
+            &dev.path,
+        ],
+    );
+    let got = [
+        l["rotational"].as_str(),
+        l["logical_block_size"].as_str(),
+        l["physical_block_size"].as_str(),
+        l["scheduler"].as_str(),
+    ];
+    eprintln!("{}: lsblk {lsblk:?}, ours {l:?}", dev.name);
+    assert_eq!(
+        got.as_slice(),
+        lsblk.split_whitespace().collect::<Vec<_>>().as_slice()
+    );
+    assert_eq!(l["scheduler"], "mq-deadline");
+    for k in ["model", "serial", "wwid", "revision"] {
+        assert_eq!(l[k], "", "{k} of a loop device");
+    }
+    assert_eq!(l["fua"], dev.sysfs("queue/fua"));
+    let wc = if dev.sysfs("queue/write_cache") == "write back" {
+        "write through"
+    } else {
+        "write back"
+    };
+    // (every LoopDev sets its own scheduler when made: nothing to restore)
+    std::fs::write(format!("/sys/block/{}/queue/scheduler", dev.name), "none").unwrap();
+    dev.set_queue("write_cache", wc);
+    assert!(
+        wait_every(Duration::from_millis(200), Duration::from_secs(5), || {
+            let l = info().unwrap();
+            l["scheduler"] == "none" && l["write_cache"] == wc
+        }),
+        "scheduler none and write cache {wc:?} not in blkobs_disk_info: {:?}",
+        info()
     );
 }

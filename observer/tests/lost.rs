@@ -150,24 +150,8 @@ fn completions_skipped_for_recursion_are_taken_by_the_nested_program() {
     };
     let before = daemon.scrape();
     let d0: Vec<DiskStats> = devs.iter().map(|d| diskstats(d)).collect();
-    let job = |name: &str, dev: &str| {
-        vec![
-            format!("--name={name}"),
-            format!("--filename=/dev/{dev}"),
-            "--direct=1".into(),
-            "--ioengine=libaio".into(),
-            "--iodepth=8".into(),
-            "--rw=randread".into(),
-            "--bs=4k".into(),
-            "--time_based".into(),
-            "--runtime=6".into(),
-            // One CPU: the timer's interrupts land on the task's completions.
-            "--cpus_allowed=0".into(),
-        ]
-    };
-    let args: Vec<String> = [job("task", &task.name), job("timer", &timer.name)].concat();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    fio(&args);
+    // One CPU: the timer's interrupts land on the task's completions.
+    one_cpu_reads(&[("task", &task.name), ("timer", &timer.name)]);
     // null_blk completes everything before fio exits. A completion neither program saw is
     // counted lost when its request struct is reused, or by the reaper after two passes 1 s
     // apart: the scrape after that, and after the diskstats read.
@@ -202,11 +186,12 @@ fn completions_skipped_for_recursion_are_taken_by_the_nested_program() {
         .map(|s| format!("{} {}", s.labels["program"], s.value))
         .collect();
     eprintln!("recursion misses by program (since the daemon started): {by_program:?}");
-    let mut lost_total = 0.0;
+    let (mut lost_total, mut extra_reads) = (0.0, 0.0);
     for (n, reads, k, lost) in checks {
         assert!(k > 1000.0, "{n}: workload too small ({k} reads)");
-        assert_eq!(reads, k, "{n}: reads vs /proc/diskstats ({report:?})");
+        assert!(reads >= k, "{n}: reads vs /proc/diskstats ({report:?})");
         lost_total += lost;
+        extra_reads += reads - k;
     }
     // The interleaving happened: 5.10's __bpf_trace_run has no recursion check (it runs the
     // program nested, and nothing is skipped); 6.1's and 6.12's have (136 skips in 6 s on 6.1
@@ -220,17 +205,163 @@ fn completions_skipped_for_recursion_are_taken_by_the_nested_program() {
             "no completion was skipped: the test proved nothing ({report:?})"
         );
     }
-    // Each skip is taken once (never twice: reads equal diskstats). One is lost only when the
-    // _nested program was skipped too, or when a key left behind by a skipped _nested run
-    // matches it (observer-ebpf nested.rs): at most the _nested programs' own skips. A lost
-    // one is counted in blkobs_lost_completions_total, and nothing else is.
-    assert!(
-        taken <= missed && missed - taken <= nested_missed,
-        "skipped {missed}, taken {taken}, _nested skipped {nested_missed} ({report:?})"
+    // Each skip is taken once. An end is also taken, a second time, when an interrupt between
+    // its two programs wrote another key into its slot (observer-ebpf nested.rs, 1 in 4,096):
+    // its request has no entry any more, so that second run counts an untracked completion
+    // (with block_io_start, 6.5+) or, without it, one read more than diskstats (its request
+    // is taken for one first seen at its end): so reads are at least diskstats', and every read
+    // more is an end taken twice. One is lost only when the _nested program was skipped too,
+    // or when a key left behind by a skipped _nested run matches it: at most the _nested
+    // programs' own skips. A lost one is counted in blkobs_lost_completions_total, and nothing
+    // else is.
+    let untracked = after.sum("blkobs_untracked_completions_total", &[])
+        - before.sum("blkobs_untracked_completions_total", &[]);
+    let taken_once = taken - untracked - extra_reads;
+    eprintln!(
+        "taken {taken}, of which twice {} (untracked {untracked}, reads over diskstats \
+         {extra_reads})",
+        untracked + extra_reads
     );
     assert!(
-        lost_total <= missed - taken,
+        untracked >= 0.0
+            && taken_once >= 0.0
+            && taken_once <= missed
+            && missed - taken_once <= nested_missed,
+        "skipped {missed}, taken {taken} ({untracked} of them twice: untracked), _nested skipped \
+         {nested_missed} ({report:?})"
+    );
+    assert!(
+        lost_total <= missed - taken_once,
         "{lost_total} lost, more than the {} skips not taken ({report:?})",
-        missed - taken
+        missed - taken_once
     );
+}
+
+/// fio, one job per (name, disk): 6 s of 4 KiB direct random reads (libaio, depth 8), all on
+/// CPU 0.
+fn one_cpu_reads(jobs: &[(&str, &str)]) {
+    let args: Vec<String> = jobs
+        .iter()
+        .flat_map(|(name, dev)| {
+            [
+                format!("--name={name}"),
+                format!("--filename=/dev/{dev}"),
+                "--direct=1".into(),
+                "--ioengine=libaio".into(),
+                "--iodepth=8".into(),
+                "--rw=randread".into(),
+                "--bs=4k".into(),
+                "--time_based".into(),
+                "--runtime=6".into(),
+                "--cpus_allowed=0".into(),
+            ]
+        })
+        .collect();
+    fio(&args.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+/// A dm-linear disk over two null_blk disks, torn down on drop.
+struct Linear(String);
+
+impl Drop for Linear {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("dmsetup")
+            .args(["remove", "--retry", &self.0])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// The kernel name (`dm-3`) of the dm disk named `name`.
+fn dm_kernel_name(name: &str) -> String {
+    std::fs::read_dir("/sys/block")
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|d| {
+            std::fs::read_to_string(format!("/sys/block/{d}/dm/name"))
+                .is_ok_and(|n| n.trim() == name)
+        })
+        .unwrap_or_else(|| panic!("no /sys/block/dm-*/dm/name is {name}"))
+}
+
+/// Two completions counting into one per-CPU value at once are both counted (observer-ebpf
+/// store.rs `add`: every count is one atomic add). A dm-linear disk maps its first half to a
+/// null_blk disk that completes in the submitting task (`irqmode=0`) and its second half to one
+/// that completes in an hrtimer interrupt (`irqmode=2`); random reads from one CPU make the
+/// interrupt's dm bio ends land inside a `bio_complete` run for the other half's, and both
+/// count into the dm disk's (device, read) value on that CPU. Every dm read is counted as
+/// /proc/diskstats counts it, and every counted read is in the total-stage histogram. On 6.x
+/// the kernel skips the interrupted program and `bio_complete_nested` counts the end (its
+/// recursion misses prove the interleaving happened); 5.10 runs `bio_complete` itself nested.
+#[test]
+#[ignore = "needs null_blk: runs in the kernel-matrix VMs"]
+fn nested_ends_of_one_disk_are_all_counted() {
+    if !require_root_and(&["fio", "dmsetup"]) {
+        return;
+    }
+    let size_mib = 256;
+    let task = NullBlk::with(size_mib, "none", &[("irqmode", "0")]);
+    let timer = NullBlk::with(
+        size_mib,
+        "none",
+        &[("irqmode", "2"), ("completion_nsec", "20000")],
+    );
+    let half = size_mib * 2048;
+    let name = unique("blkobs-nest");
+    let table = format!(
+        "0 {half} linear /dev/{} 0\n{half} {half} linear /dev/{} 0",
+        task.name, timer.name
+    );
+    sh("dmsetup", &["create", &name, "--table", &table]);
+    let _linear = Linear(name.clone());
+    let dm = dm_kernel_name(&name);
+    let daemon = Daemon::start(&[]);
+    quiesce(&dm);
+    let bio_misses = |m: &Metrics| {
+        m.select("blkobs_bpf_program_recursion_misses_total", &[])
+            .filter(|s| {
+                let p = s.labels["program"].trim_end_matches("_raw");
+                p == "bio_complete" || p == "bio_complete_q"
+            })
+            .map(|s| s.value)
+            .sum::<f64>()
+    };
+    let ours = |m: &Metrics| {
+        let read = [("device", dm.as_str()), ("op", "read")];
+        let total = [("device", dm.as_str()), ("op", "read"), ("stage", "total")];
+        (
+            m.sum("blkobs_requests_total", &read),
+            m.sum("blkobs_lost_completions_total", &read),
+            m.sum("blkobs_request_latency_seconds_count", &total),
+        )
+    };
+    let before = daemon.scrape();
+    let k0 = diskstats(&dm);
+    // One CPU: the timer half's interrupts land on the task half's ends.
+    one_cpu_reads(&[("j0", &dm), ("j1", &dm)]);
+    // As in the test above: ends neither program saw are counted lost by the reaper.
+    thread::sleep(Duration::from_millis(3000));
+    let k1 = diskstats(&dm);
+    let after = daemon.scrape();
+    let (r0, l0, h0) = ours(&before);
+    let (r1, l1, h1) = ours(&after);
+    let (reads, lost, in_hist) = (r1 - r0, l1 - l0, h1 - h0);
+    let k = (k1.reads - k0.reads) as f64;
+    let misses = bio_misses(&after) - bio_misses(&before);
+    let kernel = std::env::var("BLKOBS_VM_KERNEL").unwrap_or_else(|_| "host".into());
+    eprintln!(
+        "{kernel}: {dm} reads {reads} (diskstats {k}), {lost} lost, {in_hist} in the total \
+         histogram; bio_complete skipped {misses} times"
+    );
+    assert!(k > 1000.0, "workload too small ({k} reads)");
+    assert_eq!(reads, k, "{dm}: reads vs /proc/diskstats");
+    assert_eq!(in_hist + lost, reads, "{dm}: reads in the total histogram");
+    if kernel != "5.10" {
+        assert!(
+            misses > 0.0,
+            "bio_complete was never skipped: no two ends of {dm} interleaved, the test proved nothing"
+        );
+    }
 }

@@ -7,8 +7,9 @@
 //! untracked and 0 lost completions (the device exists only after the daemon started), the
 //! filesystem log found and its writes classified, queue + device = total per class, and the
 //! attach mode and "enter" tracepoint the daemon reports equal to what tracefs shows.
-//! Sizes are small: under TCG a guest runs about ten times slower than the host. The checks
-//! themselves are `support::end_to_end_on` (tests/drivers.rs runs them on the guests' real
+//! Sizes are small: under TCG a guest runs about ten times slower than the host. The setup is
+//! `support::e2e_setup` (shared with tests/kernel.rs), the checks themselves
+//! `support::end_to_end_on` (tests/drivers.rs runs them on the guests' real
 //! NVMe, virtio-blk and virtio-scsi disks).
 
 mod support;
@@ -39,87 +40,15 @@ fn end_to_end(fs: &str, scheduler: &str, attach: &str) {
     }
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     let tag = format!("[{} {fs} {scheduler} {attach}]", kernel.trim());
-    let env: &[(&str, &str)] = if attach == "raw_tp" {
-        &[("OBSERVER_ATTACH", "raw_tp")]
-    } else {
-        &[]
-    };
-    let daemon = Daemon::start_env(&[], env);
-    let info = daemon.scrape();
     let enter = expected_enter_tracepoint();
-    assert_eq!(
-        info.sum(
-            "blkobs_build_info",
-            &[
-                ("attach", attach),
-                ("enter_tracepoint", enter),
-                ("reaper", "request_state")
-            ]
-        ),
-        1.0,
-        "{tag} build_info: {:?}",
-        info.select("blkobs_build_info", &[]).collect::<Vec<_>>()
-    );
-
-    let dev = TestDev::new(if fs == "xfs" { 400 } else { 160 }, scheduler);
-    let named = format!("{tag} {}", dev.name());
-    assert_eq!(
-        dev.sysfs("queue/write_cache"),
-        "write back",
-        "{named} the device has a volatile write cache"
-    );
-    assert!(
-        dev.sysfs("queue/scheduler")
-            .contains(&format!("[{scheduler}]")),
-        "{named} scheduler"
+    let (daemon, dev) = e2e_setup(
+        &tag,
+        attach,
+        &[("enter_tracepoint", enter), ("reaper", "request_state")],
+        if fs == "xfs" { 400 } else { 160 },
+        scheduler,
     );
     end_to_end_on(&daemon, &tag, dev.name(), dev.kdev(), fs);
-}
-
-/// The device under test: a loop device over a file in /dev/shm, or, where loop devices take
-/// no I/O scheduler (5.10: loop's tag set is BLK_MQ_F_NO_SCHED), a memory-backed null_blk
-/// device with a volatile write cache (it supports FUA, so no post-flush there).
-enum TestDev {
-    Loop(LoopDev),
-    Null(NullBlk),
-}
-
-impl TestDev {
-    fn new(size_mib: u64, scheduler: &str) -> TestDev {
-        let l = LoopDev::new(size_mib, scheduler);
-        if l.sysfs("queue/scheduler")
-            .contains(&format!("[{scheduler}]"))
-        {
-            return TestDev::Loop(l);
-        }
-        eprintln!(
-            "loop devices take no {scheduler} on this kernel ({}): using null_blk",
-            l.sysfs("queue/scheduler")
-        );
-        drop(l);
-        TestDev::Null(NullBlk::new(size_mib, scheduler))
-    }
-
-    fn name(&self) -> &str {
-        match self {
-            TestDev::Loop(l) => &l.name,
-            TestDev::Null(n) => &n.name,
-        }
-    }
-
-    fn sysfs(&self, attr: &str) -> String {
-        match self {
-            TestDev::Loop(l) => l.sysfs(attr),
-            TestDev::Null(n) => n.sysfs(attr),
-        }
-    }
-
-    /// `MKDEV(major, minor)`, as tracepoints report it.
-    fn kdev(&self) -> u32 {
-        let dev = self.sysfs("dev");
-        let (maj, min) = dev.split_once(':').unwrap();
-        (maj.parse::<u32>().unwrap() << 20) | min.parse::<u32>().unwrap()
-    }
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Packaging and operation files: the systemd unit (`systemd-analyze verify` clean, security
-//! exposure ≤ 3.0, its syscall filter and address families cover every syscall the real daemon
+//! exposure ≤ 1.7 as README says, its syscall filter and address families cover every syscall the real daemon
 //! makes under strace), packaging/install.sh (staged install), the default config, the
 //! Prometheus example (promtool), the Kubernetes DaemonSet (kubernetes-validate against the
 //! Kubernetes schema) and the Grafana provisioning examples.
@@ -18,7 +18,9 @@ use std::{
 use support::*;
 
 const UNIT: &str = "packaging/observer.service";
-const SECURITY_LIMIT: f64 = 3.0;
+/// README's number ("Running it as a service": exposure 1.7): a unit that loosens its sandbox
+/// fails here before README is wrong.
+const SECURITY_LIMIT: f64 = 1.7;
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(repo_root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
@@ -453,11 +455,9 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
             200,
         ))
         .unwrap();
-        let slow = v["slow"]
-            .as_array()?
-            .iter()
-            .find(|s| s["submitter"]["comm"] == "blkobs-heldwr")?
-            .clone();
+        let slow = slow_where(&v, |s| s["submitter"]["comm"] == "blkobs-heldwr")
+            .into_iter()
+            .next()?;
         let ended = v["episodes"]
             .as_array()?
             .iter()
@@ -483,7 +483,7 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         200,
     ))
     .unwrap();
-    let xfs_slow = xfs_slow["slow"].as_array().unwrap().len();
+    let xfs_slow = slow_where(&xfs_slow, |_| true).len();
     assert!(xfs_slow >= 40, "{xfs_slow} slow records on {}", dev.name);
 
     // Every other endpoint, and the error answers.
@@ -500,24 +500,19 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         ) >= 1.0,
         "no log write classified with the range read under strace"
     );
-    for path in [
-        "/healthz".to_string(),
-        "/devices".to_string(),
-        "/inflight".to_string(),
-        "/stalls".to_string(),
-        "/stalls?format=json".to_string(),
-        "/merges".to_string(),
-        "/merges?format=json".to_string(),
-        "/histograms".to_string(),
-        format!("/histograms?device={}&since=5m", dev.name),
-        "/openapi.yaml".to_string(),
-    ] {
-        get(&path, 200);
+    // Every endpoint of the one table, in JSON where it has a text form.
+    for e in observer::http::ENDPOINTS {
+        get(e.path, 200);
+        if e.params.contains(&"format") {
+            get(&format!("{}?format=json", e.path), 200);
+        }
     }
+    get(&format!("/histograms?device={}&since=5m", dev.name), 200);
     get("/no-such-endpoint", 404);
     get("/stalls?limit=0", 400);
 
     // Reload: RELOADING=1, then READY=1 again.
+    // SAFETY: kill(2) takes no memory; `pid` is our child, not reaped yet.
     unsafe { libc::kill(pid, libc::SIGHUP) };
     let reloading = notify.wait("RELOADING=1", ready);
     notify.wait("READY=1", reloading);
@@ -527,6 +522,7 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
     m.unmount();
     wait_ranges(&strace, &dev.name, &[]);
 
+    // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let st = strace
         .wait_timeout(Duration::from_secs(30))
@@ -646,9 +642,11 @@ fn daemon_serving_tls_fits_the_unit_sandbox() {
     assert_eq!(http(&format!("http://{addr}/metrics")).unwrap().0, 400);
     let wrong = curl_https(&pki, &addr, "/metrics", &client[..4]);
     assert_eq!(wrong.status, 401, "{wrong:?}");
+    // SAFETY: kill(2) takes no memory; `pid` is our child, not reaped yet.
     unsafe { libc::kill(pid, libc::SIGHUP) };
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(scrape(&addr).status, 200);
+    // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let st = strace
         .wait_timeout(Duration::from_secs(30))
@@ -702,6 +700,7 @@ fn install_script_stages_binary_unit_config_docs_dashboards() {
     for f in [
         "/usr/share/doc/observer/operations.md",
         "/usr/share/doc/observer/prometheus.yml",
+        "/usr/share/doc/observer/blkobs-rules.yml",
         "/usr/share/doc/observer/daemonset.yaml",
         "/usr/share/doc/observer/grafana-provisioning/dashboards.yaml",
     ] {

@@ -120,9 +120,13 @@ fn notify_reload_and_clean_stop() {
     http_get(&format!("http://127.0.0.1:{port}/healthz"))
         .expect("READY=1 sent before the HTTP listener answers");
     let (progs, links) = bpf_ids_of(d.pid());
-    assert!(
-        links.len() >= 7,
-        "READY=1 sent with only {} BPF links held (expected 7 tracepoints attached)",
+    // One link per program of the attach plan: every lifecycle tracepoint's and the entry
+    // point's (observer/src/bpf/tracepoints.rs; 14 here).
+    let plan = observer::bpf::tracepoints::LIFECYCLE.len() + 1;
+    assert_eq!(
+        links.len(),
+        plan,
+        "READY=1 sent with {} BPF links held, not one per program of the attach plan ({plan})",
         links.len()
     );
     assert!(!progs.is_empty());

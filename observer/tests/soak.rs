@@ -240,6 +240,7 @@ fn soak_under_load_churn_reloads_and_scrapes() {
     let reloader = {
         let reloads = reloads.clone();
         every(&stop, Duration::from_secs(3), move || {
+            // SAFETY: kill(2) takes no memory; the daemon outlives this thread.
             unsafe { libc::kill(pid as i32, libc::SIGHUP) };
             reloads.fetch_add(1, Ordering::Relaxed);
         })

@@ -3,8 +3,9 @@
 //! test device with the monotonic clock; every 4 KiB direct write goes to its own block (no
 //! merges, no repeats), so the three events of one request are paired by sector. The sums and
 //! counts of the observer's `queue` and `device` histograms must equal the witness's Q2D and
-//! D2C sums (within 1 % + 1 µs per request: the two record the same events at slightly
-//! different instants) and its request count exactly.
+//! D2C sums within 1 µs per request on average (the two read the clock at slightly different
+//! instants of the same events: measured +43 ns per request for Q2D and −370 ns for D2C on
+//! the development machine) and its request count exactly.
 
 mod support;
 
@@ -125,8 +126,11 @@ fn queue_and_device_stages_match_ftrace() {
     for (stage, witness) in [("queue", q2d), ("device", d2c)] {
         let ours = sum(&after, stage, "sum") - sum(&before, stage, "sum");
         let w = witness as f64 * 1e-9;
-        let tol = w * 0.01 + n as f64 * 1e-6;
-        eprintln!("{stage}: observer {ours:.6} s, ftrace {w:.6} s over {n} requests");
+        let tol = n as f64 * 1e-6;
+        eprintln!(
+            "{stage}: observer {ours:.6} s, ftrace {w:.6} s over {n} requests: {:+.0} ns per request",
+            (ours - w) / n as f64 * 1e9
+        );
         assert!(
             (ours - w).abs() <= tol,
             "{stage}: observer {ours} s vs ftrace {w} s (tolerance {tol} s)"

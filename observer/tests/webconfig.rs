@@ -63,7 +63,7 @@ fn tls_and_basic_auth_protect_every_path() {
         curl_https(&pki, addr, "/healthz", &right).status == 200
     });
 
-    for path in ["/", "/healthz", "/metrics", "/devices", "/openapi.yaml"] {
+    for path in observer::http::ENDPOINTS.iter().map(|e| e.path) {
         let r = curl_https(&pki, &d.addr, path, &right);
         assert_eq!((r.exit, r.status), (0, 200), "{path}: {r:?}");
         assert!(
@@ -87,7 +87,8 @@ fn tls_and_basic_auth_protect_every_path() {
         ("unknown user", vec!["-u", "nobody:right password"]),
         ("no credentials", vec![]),
     ] {
-        for path in ["/healthz", "/metrics", "/", "/no-such-path"] {
+        let paths = observer::http::ENDPOINTS.iter().map(|e| e.path);
+        for path in paths.chain(["/no-such-path"]) {
             let r = curl_https(&pki, &d.addr, path, &creds);
             assert_eq!(r.status, 401, "{who} {path}: {r:?}");
             assert!(

@@ -1,9 +1,10 @@
-//! Project tasks: `cargo xtask provision | build | run | test | vmtest | bench`.
+//! Project tasks: `cargo xtask provision | build | run | test | vmtest | machine | bench`.
 //!
 //! Every task that builds first runs `scripts/provision.sh` (idempotent), so the two README
 //! commands work on a fresh Debian machine.
 
 mod bench;
+mod machine;
 mod vm;
 mod vm_boot;
 mod vm_kernels;
@@ -35,9 +36,9 @@ enum Task {
     },
     /// Provision, then run every test (unit and real-kernel integration tests, and `xtask bench
     /// --smoke`: xtask/tests/bench_smoke.rs), then the kernel matrix (`vmtest`: the matrix test
-    /// in Debian's 5.10, 6.1 and 6.12 kernels). Needs root.
+    /// in Debian's 5.10, 6.1 and 6.12 kernels) and the Debian machine (`machine`). Needs root.
     Test {
-        /// Skip the kernel matrix (`vmtest`) after the host suite.
+        /// Skip the kernel matrix (`vmtest`) and the Debian machine after the host suite.
         #[arg(long)]
         no_vm: bool,
         /// Succeed even if tests were skipped (they are still listed). Without it, any skipped
@@ -48,9 +49,14 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Boot Debian's 5.10 / 6.1 / 6.12 cloud kernels in qemu, one at a time, and run the matrix
-    /// test (or the command after `--`) inside, with this host's root filesystem. Needs root.
+    /// Boot Debian's 5.10 / 6.1 / 6.12 cloud kernels in qemu, two at a time (`--jobs`), and run
+    /// the matrix test (or the command after `--`) inside, with this host's root filesystem.
+    /// Needs root.
     Vmtest(vm::VmArgs),
+    /// A Debian machine in qemu with systemd as PID 1: the project's .deb installed with apt,
+    /// enabled, reloaded, stopped, rebooted, upgraded and purged (xtask/src/machine.rs). Needs
+    /// root and deb.debian.org for the first image.
+    Machine(machine::MachineArgs),
     /// Provision, build, then measure tracing overhead with fio (see BENCHMARKS.md). Needs root.
     Bench(bench::BenchArgs),
     /// Provision, then run the soak test (observer/tests/soak.rs: load, device churn, reloads,
@@ -168,17 +174,37 @@ fn main() -> Result<()> {
                 .args(["test"])
                 .args(&args)
                 .args(["--", "--test-threads=1"]));
+            // The kernel matrix, then the package on Debian machines under systemd in the
+            // guest slots the shorter kernels free (all of them TCG guests on the same cores).
             let matrix = if no_vm {
-                eprintln!("\n######## KERNEL MATRIX SKIPPED (--no-vm): 5.10, 6.1, 6.12 NOT TESTED ########\n");
+                eprintln!("\n######## KERNEL MATRIX AND DEBIAN MACHINES SKIPPED (--no-vm): 5.10, 6.1, 6.12, {} NOT TESTED ########\n", machine::SUITES.join(", "));
                 Ok(())
             } else if host.is_ok() {
-                vm::run(
-                    &root(),
-                    vm::VmArgs {
-                        timeout_min: 30,
-                        ..Default::default()
-                    },
-                )
+                let args = machine::MachineArgs::default();
+                let machines: Vec<vm::Job> = args
+                    .suites
+                    .iter()
+                    .map(|suite| {
+                        let (root, args) = (root(), &args);
+                        let job: Box<dyn FnOnce() -> Result<()> + Send + '_> =
+                            Box::new(move || machine::run_suite(&root, suite, args));
+                        (format!("Debian machine {suite}"), job)
+                    })
+                    .collect();
+                std::thread::scope(|s| {
+                    // The images download while the guests boot (machine.rs prefetch_images).
+                    s.spawn(|| machine::prefetch_images(&args.suites));
+                    vm::run_with(
+                        &root(),
+                        vm::VmArgs {
+                            timeout_min: 45,
+                            jobs: 2,
+                            skip_log: Some(skip_log.clone()),
+                            ..Default::default()
+                        },
+                        machines,
+                    )
+                })
             } else {
                 Ok(())
             };
@@ -189,6 +215,10 @@ fn main() -> Result<()> {
             vm::check(&args)?;
             provision()?;
             vm::run(&root(), args)
+        }
+        Task::Machine(args) => {
+            provision()?;
+            machine::run(&root(), args)
         }
         Task::Bench(args) => {
             provision()?;

@@ -1,5 +1,5 @@
 //! `cargo xtask vmtest`: run a payload (default: the [`GUEST_TESTS`] integration tests)
-//! inside Debian's 5.10, 6.1 and 6.12 cloud kernels, one after the other, in qemu (TCG: KVM guests hang on these
+//! inside Debian's 5.10, 6.1 and 6.12 cloud kernels, two at a time (`--jobs`), in qemu (TCG: KVM guests hang on these
 //! machines). The guest's root is this host's root filesystem, shared read-only over virtiofs (the
 //! cloud kernels have no 9p), and the workspace is shared read-write at the same path, so host
 //! tools and cargo-built binaries run unchanged. Console: stderr and target/vm/<label>/console.log.
@@ -21,8 +21,18 @@ pub struct VmArgs {
     #[arg(long = "kernel", value_name = "LABEL")]
     pub kernels: Vec<String>,
     /// Kill a guest that has not powered off after this many minutes (per kernel).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 45)]
     pub timeout_min: u64,
+    /// Guests run at once. Each TCG guest keeps about one host core busy on average (measured:
+    /// qemu at 102 % of a core through md_stacks.rs's md raid1 tests, its 2 vCPUs mostly
+    /// waiting on I/O and sleeps), so on a 2-core machine two at a time take about as long as
+    /// the longest kernel plus the rest, not the sum.
+    #[arg(long, default_value_t = 2)]
+    pub jobs: usize,
+    /// Where the guests' skipped tests are appended (`cargo xtask test` passes its skip list,
+    /// which it reports at the end of the run); without it they are listed and fail the run.
+    #[arg(skip)]
+    pub skip_log: Option<std::path::PathBuf>,
     /// Command to run in the guest, from the workspace directory (default: [`GUEST_TESTS`]).
     #[arg(last = true)]
     pub cmd: Vec<String>,
@@ -38,6 +48,8 @@ pub(crate) struct Outcome {
     pub(crate) stalled: bool,
     /// Why this kernel was booted a second time (the first boot stalled), if it was.
     pub(crate) retried: Option<String>,
+    /// Tests the guest skipped, one line each (`[<label>] <crate> <test>: <why>`).
+    pub(crate) skipped: Vec<String>,
 }
 
 /// Rejects unknown kernel labels (before anything is installed or built).
@@ -53,7 +65,17 @@ pub fn check(args: &VmArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
+/// Work that shares the guests' slots: started when no kernel is left to boot (`cargo xtask
+/// test` runs the Debian machines this way, in the slot the shorter kernels free).
+pub type Job<'a> = (String, Box<dyn FnOnce() -> Result<()> + Send + 'a>);
+
+pub fn run(root: &Path, args: VmArgs) -> Result<()> {
+    run_with(root, args, Vec::new())
+}
+
+/// [`run`], with `then` run in the same slots after the kernels; every kernel's and job's
+/// outcome is reported, and the first failure of either fails the run.
+pub fn run_with(root: &Path, mut args: VmArgs, then: Vec<Job>) -> Result<()> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         bail!("cargo xtask vmtest needs root (apt-get download into /var/cache/blkobs-vm, virtiofsd): run it as root");
@@ -62,7 +84,7 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
         args.kernels = LABELS.iter().map(|s| s.to_string()).collect();
     }
     check(&args)?;
-    // One guest at a time on this machine, whichever checkout asks (2 cores).
+    // One vmtest at a time on this machine, whichever checkout asks (2 cores).
     fs::create_dir_all(vm_kernels::cache_dir())?;
     let lock_path = vm_kernels::cache_dir().join("lock");
     let lock = fs::File::create(&lock_path)
@@ -95,7 +117,8 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
         }
     };
     let apt = vm_kernels::apt_update()?;
-    let mut outcomes = Vec::new();
+    // Fetched one after the other (apt and the package cache are shared), booted in parallel.
+    let mut kernels = Vec::new();
     for label in &args.kernels {
         let started = Instant::now();
         let kernel = vm_kernels::fetch(&apt, label)?;
@@ -105,44 +128,47 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
             kernel.kver,
             started.elapsed()
         );
-        let boot = || {
-            crate::vm_boot::boot(
-                root,
-                &kernel,
-                &cmd_for(label),
-                Duration::from_secs(args.timeout_min * 60),
-            )
-        };
-        let mut o = boot()?;
-        // Once: a guest stall under TCG has been seen on a loaded machine (vm_boot.rs STALL),
-        // and a guest kernel that oopsed while booting, before the payload started (6.12 under
-        // TCG: "Oops: int3" in sched_clock_tick, in a clean-clone CI run). The first console
-        // is kept; a second failure of the same kind fails the kernel.
-        let first = if o.stalled {
-            Some("STALLED")
-        } else if o.boot.is_none() {
-            Some("never reached the payload")
-        } else {
-            None
-        };
-        if let Some(what) = first {
-            let kept = root.join(format!("target/vm/{label}-failed-boot-console.log"));
-            let _ = fs::copy(root.join(format!("target/vm/{label}/console.log")), &kept);
-            let why = o.error.clone().unwrap_or_default();
-            eprintln!(
-                "\n[vm] ######## {label}: the guest {what} ({}); its console is kept at {}. \
-                 Booting it once more.\n",
-                why.lines().next().unwrap_or(""),
-                kept.display()
-            );
-            o = boot()?;
-            o.retried = Some(format!(
-                "booted twice: the first boot {what}, console at {}",
-                kept.display()
-            ));
-        }
-        outcomes.push(o);
+        kernels.push(kernel);
     }
+    let jobs = args.jobs.max(1);
+    let next = std::sync::Mutex::new(kernels.iter());
+    let outcomes = std::sync::Mutex::new(Vec::new());
+    let n_then = then.len();
+    let then = std::sync::Mutex::new(then.into_iter());
+    let then_failed = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.min(kernels.len() + n_then) {
+            s.spawn(|| loop {
+                let kernel = next.lock().unwrap().next();
+                if let Some(kernel) = kernel {
+                    let o = boot_with_retry(root, kernel, &cmd_for(&kernel.label), &args);
+                    outcomes.lock().unwrap().push(o);
+                    continue;
+                }
+                let job = then.lock().unwrap().next();
+                let Some((name, job)) = job else {
+                    return;
+                };
+                let started = Instant::now();
+                let r = job();
+                eprintln!(
+                    "[vm] {name}: {} in {:.0} s",
+                    if r.is_ok() { "ok" } else { "FAILED" },
+                    started.elapsed().as_secs_f64()
+                );
+                if let Err(e) = r {
+                    then_failed.lock().unwrap().push(format!("{name}: {e:#}"));
+                }
+            });
+        }
+    });
+    let then_failed = then_failed.into_inner().unwrap();
+    let mut outcomes: Vec<Outcome> = outcomes
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .collect::<Result<_>>()?;
+    outcomes.sort_by_key(|o| args.kernels.iter().position(|l| *l == o.label));
     if let Some(label) = args.kernels.first() {
         eprintln!(
             "\n[vm] kernel matrix ({label}): {}",
@@ -189,7 +215,35 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
             eprintln!("[vm]   {kernel}: {file}::{test}: {why}");
         }
     }
+    let skipped: Vec<&String> = outcomes.iter().flat_map(|o| &o.skipped).collect();
+    match &args.skip_log {
+        Some(log) if !skipped.is_empty() => {
+            let mut f = fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .with_context(|| format!("opening {}", log.display()))?;
+            use std::io::Write;
+            for l in &skipped {
+                writeln!(f, "{l}")?;
+            }
+        }
+        None if !skipped.is_empty() => {
+            eprintln!("\n[vm] ######## {} guest test(s) SKIPPED:", skipped.len());
+            for l in &skipped {
+                eprintln!("[vm]   {l}");
+            }
+        }
+        _ => {}
+    }
     let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.error.is_some()).collect();
+    if !then_failed.is_empty() {
+        let kernels = failed
+            .iter()
+            .map(|o| format!("\nkernel {}: {}", o.label, o.error.as_deref().unwrap_or("")))
+            .collect::<String>();
+        bail!("{}{kernels}", then_failed.join("\n"));
+    }
     if !failed.is_empty() {
         let msgs: Vec<String> = failed
             .iter()
@@ -202,7 +256,62 @@ pub fn run(root: &Path, mut args: VmArgs) -> Result<()> {
             msgs.join("\n")
         );
     }
+    if args.skip_log.is_none() && !skipped.is_empty() {
+        bail!(
+            "{} guest test(s) skipped (listed above): fix their prerequisites in the guest \
+             (scripts/provision.sh installs the guests' tools), or run them alone to see why",
+            skipped.len()
+        );
+    }
     Ok(())
+}
+
+/// Boots `kernel` with `cmd` as the payload, and once more if the first guest stalled or never
+/// reached the payload. A guest stall under TCG has been seen on a loaded machine
+/// (vm_boot.rs STALL), and a guest kernel that oopsed while booting, before the payload started
+/// (6.12 under TCG: "Oops: int3" in sched_clock_tick, in a clean-clone CI run). The first
+/// console is kept at target/vm/<label>-failed-boot-console.log; a second failure of the same
+/// kind fails the kernel.
+fn boot_with_retry(
+    root: &Path,
+    kernel: &vm_kernels::Kernel,
+    cmd: &[String],
+    args: &VmArgs,
+) -> Result<Outcome> {
+    let label = &kernel.label;
+    let boot = || {
+        crate::vm_boot::boot(
+            root,
+            kernel,
+            cmd,
+            Duration::from_secs(args.timeout_min * 60),
+        )
+    };
+    let mut o = boot()?;
+    let first = if o.stalled {
+        Some("STALLED")
+    } else if o.boot.is_none() {
+        Some("never reached the payload")
+    } else {
+        None
+    };
+    if let Some(what) = first {
+        let kept = root.join(format!("target/vm/{label}-failed-boot-console.log"));
+        let _ = fs::copy(root.join(format!("target/vm/{label}/console.log")), &kept);
+        let why = o.error.clone().unwrap_or_default();
+        eprintln!(
+            "\n[vm] ######## {label}: the guest {what} ({}); its console is kept at {}. \
+             Booting it once more.\n",
+            why.lines().next().unwrap_or(""),
+            kept.display()
+        );
+        o = boot()?;
+        o.retried = Some(format!(
+            "booted twice: the first boot {what}, console at {}",
+            kept.display()
+        ));
+    }
+    Ok(o)
 }
 
 /// The integration tests run in every guest by default: the kernel matrix proper, and the

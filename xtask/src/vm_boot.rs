@@ -79,6 +79,10 @@ fn spawn_virtiofsd(dir: &Path, sock: &Path, ro_mnt: Option<&Path>, log: &Path) -
 /// longest quiet test of the matrix prints within about a minute under TCG). CI once saw a 5.10
 /// guest stall so: a CPU in the kernel for 584 s (an RCU stall) and a soft lockup in the
 /// running test's task, and nothing after.
+/// The file in target/vm/<label>/ where the guest's tests record their skips (the guest's
+/// BLKOBS_SKIP_LOG), read back into [`Outcome::skipped`].
+const GUEST_SKIP_LOG: &str = "skipped-tests.txt";
+
 pub(crate) const STALL: Duration = Duration::from_secs(300);
 
 /// Whether a console line is the kernel's (`[ 1234.567890] ...`) rather than the payload's.
@@ -112,15 +116,17 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
     let payload = dir.join("payload.sh");
     fs::write(&payload, format!("exec {}\n", shell_words(cmd)))?;
     let rcfile = dir.join("rc");
+    let skipfile = dir.join(GUEST_SKIP_LOG);
     let ci = std::env::var("CI").unwrap_or_default();
     let conf = format!(
-        "LABEL={}\nKVER={}\nMODROOT={}\nWORKSPACE={}\nPAYLOAD={}\nRCFILE={}\nCI_VALUE={}\nWATCHDOG={}\n",
+        "LABEL={}\nKVER={}\nMODROOT={}\nWORKSPACE={}\nPAYLOAD={}\nRCFILE={}\nSKIPLOG={}\nCI_VALUE={}\nWATCHDOG={}\n",
         quote(label),
         quote(&k.kver),
         quote(&k.root.display().to_string()),
         quote(&root.display().to_string()),
         quote(&rel(&payload)),
         quote(&rel(&rcfile)),
+        quote(&rel(&skipfile)),
         quote(&ci),
         // The guest dumps its tasks (states, kernel stacks) this long after the payload
         // started, before the host's timeout kills it: a hang is then explained on the console.
@@ -129,7 +135,11 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
     let initrd = vm_kernels::initramfs(k, &dir, &conf)?;
 
     // Sockets and the read-only bind mount point live outside the shared trees.
-    let run = PathBuf::from(format!("/run/blkobs-vm-{}", std::process::id()));
+    let run = PathBuf::from(format!(
+        "/run/blkobs-vm-{}-{}",
+        std::process::id(),
+        label.replace('.', "_")
+    ));
     fs::create_dir_all(&run)?;
     let root_sock = run.join("hostroot.sock");
     let ws_sock = run.join("workspace.sock");
@@ -352,8 +362,17 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
             total.as_secs_f64()
         );
     }
+    // The guest's skipped tests (observer/tests/support/skip.rs appends to BLKOBS_SKIP_LOG,
+    // which vm_init.sh points at this file in the shared workspace).
+    let skipped = fs::read_to_string(&skipfile)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| format!("[{label}] {l}"))
+        .collect();
     Ok(Outcome {
         label: label.clone(),
+        skipped,
         kver: k.kver.clone(),
         boot,
         total,

@@ -4,10 +4,13 @@
 //! behind. No timing assertions: the numbers of a 2 s run on a shared machine mean nothing.
 //!
 //! Needs root. Without it the test is skipped (visibly, and listed in `$BLKOBS_SKIP_LOG`), except
-//! under CI, where it fails: the rule of observer/tests/support/skip.rs, restated here because
-//! that module belongs to another crate's tests.
+//! under CI, where it fails: the rule of observer/tests/support/skip_rule.rs, compiled here from
+//! that same file.
 
 use std::process::Command;
+
+#[path = "../../observer/tests/support/skip_rule.rs"]
+mod skip_rule;
 
 fn loop_devices_over(dir: &str) -> Vec<String> {
     let out = Command::new("losetup")
@@ -21,33 +24,12 @@ fn loop_devices_over(dir: &str) -> Vec<String> {
         .collect()
 }
 
-/// True when running under CI: `CI` set to anything but empty, `0`, `false`, `no` or `off`
-/// (identical to `in_ci()` in observer/tests/support/skip.rs).
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| {
-        !matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "" | "0" | "false" | "no" | "off"
-        )
-    })
-}
-
 #[test]
 fn bench_smoke_runs_every_configuration() {
+    // SAFETY: geteuid(2) cannot fail and takes no memory.
     if unsafe { libc::geteuid() } != 0 {
         let why = "bench smoke test needs root (loop devices, eBPF, sysctl)";
-        assert!(!in_ci(), "cannot run under CI: {why}");
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "SKIPPED {why}");
-        if let Some(log) = std::env::var_os("BLKOBS_SKIP_LOG") {
-            if let Ok(mut f) = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-            {
-                let _ = writeln!(f, "bench_smoke bench_smoke_runs_every_configuration: {why}");
-            }
-        }
+        skip_rule::skip(why);
         return;
     }
     let stats_before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();

@@ -23,7 +23,7 @@
 //! own slot of the per-device arrays and publishes it in `DEV_INDEX`: no two disks ever share
 //! one, whatever their device numbers, up to [`DEV_SLOT_LIMIT`] disks. The programs look the
 //! slot up once per request, when it enters (or, for the flush request, at its dispatch), and
-//! keep it in [`Inflight::slot`]; dispatch and completion index the arrays with it directly.
+//! keep it in [`Inflight::dev_slot`]; dispatch and completion index the arrays with it directly.
 //! The lookup goes through a small per-CPU cache (`SLOT_CACHE`, validated against
 //! `LOG_RANGES[slot].dev`), so most requests find their slot with array lookups only.
 
@@ -133,11 +133,20 @@ mod pod {
     unsafe impl aya::Pod for super::OwnerKey {}
     // SAFETY: repr(C), two u64: 16 bytes, asserted above.
     unsafe impl aya::Pod for super::OwnerStats {}
-    // SAFETY: repr(C), two u64 then the value: no padding for values whose size is a multiple
-    // of 8, as both slot values' is (Slot<Inflight>, Slot<BioQueued>: sizes asserted above).
-    // A Pod `V` of another size would get tail padding: the impl relies on the daemon using
-    // only those two.
-    unsafe impl<V: aya::Pod> aya::Pod for super::Slot<V> {}
+    // SAFETY: repr(C), two u64 then a Pod value whose size is a multiple of 8 and alignment at
+    // most 8 (asserted below): no padding. Only for the two slot values: a generic impl would
+    // cover values that get tail padding.
+    unsafe impl aya::Pod for super::Slot<super::Inflight> {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Slot<super::BioQueued> {}
+    const _: () = {
+        use super::{BioQueued, Inflight, Slot};
+        use core::mem::{align_of, size_of};
+        assert!(size_of::<Inflight>().is_multiple_of(8) && align_of::<Inflight>() <= 8);
+        assert!(size_of::<Slot<Inflight>>() == 16 + size_of::<Inflight>());
+        assert!(size_of::<BioQueued>().is_multiple_of(8) && align_of::<BioQueued>() <= 8);
+        assert!(size_of::<Slot<BioQueued>>() == 16 + size_of::<BioQueued>());
+    };
 }
 
 #[cfg(test)]
@@ -183,7 +192,7 @@ mod tests {
     fn inflight_layout() {
         assert_eq!(core::mem::size_of::<Inflight>(), 88);
         assert_eq!(core::mem::offset_of!(Inflight, owner_cgroup), 80);
-        assert_eq!(core::mem::offset_of!(Inflight, slot), 72);
+        assert_eq!(core::mem::offset_of!(Inflight, dev_slot), 72);
         assert_eq!(core::mem::size_of::<SlowEvent>(), 112);
         assert_eq!(core::mem::size_of::<OwnerKey>(), 16);
         assert_eq!(core::mem::offset_of!(Inflight, bios), 76);

@@ -41,7 +41,7 @@ pub struct Inflight {
     /// The disk's slot in the per-device arrays (`DEVSTATE`, `LOG_RANGES`), looked up in
     /// `DEV_INDEX` once, at entry (the flush request: at dispatch); [`NO_SLOT`] if the disk
     /// had none then.
-    pub slot: u32,
+    pub dev_slot: u32,
     /// Bios in the request at its first dispatch (1 ..= [`crate::dispatch::MAX_BIOS`], or one
     /// more: more than that); 0 until then, and always for the flush request (no bios). For a
     /// bio of a bio-based disk: the bios split off it (`block_split`, saturating) not yet seen
@@ -155,6 +155,19 @@ impl Inflight {
         self.dispatch_ns != 0 && self.requeued == 0
     }
 
+    /// The bytes (B) a request whose completion was never seen is counted with when it is
+    /// counted lost: its whole size (`size`, final at its first dispatch; at entry if that
+    /// dispatch was not seen either), or the bytes of the partial completions seen if more. The
+    /// kernel's /proc/diskstats counts those bytes (`blk_account_io_completion` adds each
+    /// completion's, error or not), so `blkobs_bytes_total` counts them too.
+    pub const fn lost_bytes(&self) -> u64 {
+        if self.bytes > self.size as u64 {
+            self.bytes
+        } else {
+            self.size as u64
+        }
+    }
+
     /// When the request's life started (ns): its entry, or its dispatch for the internal flush
     /// request, which never enters.
     pub const fn start_ns(&self) -> u64 {
@@ -250,4 +263,83 @@ pub struct Slot<V> {
     pub claims: u64,
     /// The owner's value, as in the hash map.
     pub value: V,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request that entered at 1,000 ns, 4 KiB at entry.
+    fn entered() -> Inflight {
+        Inflight {
+            enter_ns: 1_000,
+            size: 4096,
+            ..Inflight::default()
+        }
+    }
+
+    #[test]
+    fn free_entry_is_not_live() {
+        // Marked free (observer-ebpf inflight.rs `mark_free`): both timestamps 0, the rest kept.
+        let e = Inflight {
+            enter_ns: 0,
+            dispatch_ns: 0,
+            ..entered()
+        };
+        assert!(!e.is_live());
+        assert!(!Inflight::default().is_live());
+    }
+
+    #[test]
+    fn entered_or_dispatched_entry_is_live() {
+        assert!(entered().is_live());
+        // The flush request: dispatched, never entered.
+        let flush = Inflight {
+            dispatch_ns: 5_000,
+            ..Inflight::default()
+        };
+        assert!(flush.is_live());
+    }
+
+    #[test]
+    fn at_device_between_dispatch_and_requeue() {
+        let mut e = entered();
+        assert!(!e.at_device(), "queued: not dispatched yet");
+        e.dispatch_ns = 2_000;
+        assert!(e.at_device());
+        // Requeued: back in the queue stage, its first dispatch time kept.
+        e.requeued = 1;
+        e.requeues = 1;
+        assert!(!e.at_device());
+        // Dispatched again.
+        e.requeued = 0;
+        assert!(e.at_device());
+    }
+
+    #[test]
+    fn lost_bytes_is_the_size_or_the_bytes_seen_if_more() {
+        let mut e = entered();
+        assert_eq!(e.lost_bytes(), 4096);
+        // Partial completions of less than its size.
+        e.bytes = 1024;
+        assert_eq!(e.lost_bytes(), 4096);
+        // More bytes completed than its size at entry (it grew by merges, dispatch unseen).
+        e.bytes = 12_288;
+        assert_eq!(e.lost_bytes(), 12_288);
+        // The flush request: no data.
+        assert_eq!(Inflight::default().lost_bytes(), 0);
+    }
+
+    #[test]
+    fn start_is_entry_or_the_flush_request_dispatch() {
+        let mut e = entered();
+        e.dispatch_ns = 3_000;
+        assert_eq!(e.start_ns(), 1_000);
+        let flush = Inflight {
+            dispatch_ns: 3_000,
+            ..Inflight::default()
+        };
+        assert_eq!(flush.start_ns(), 3_000);
+        assert_eq!(Inflight::default().start_ns(), 0);
+    }
 }

@@ -1,8 +1,10 @@
 //! `block_bio_backmerge(struct bio *bio)` and `block_bio_frontmerge(struct bio *bio)`: a bio
 //! merged into an existing request. Before 5.11: `(q, rq, bio)`, the bio third.
 use aya_ebpf::EbpfContext;
+use core::ptr::addr_of_mut;
+
 use observer_common::class::classify;
-use observer_ebpf::{arg, kernel::bio_dev, layout, programs, read};
+use observer_ebpf::{arg, kernel::bio_dev, layout, programs, read, store::add};
 
 use crate::{maps::stats, queued::forget};
 
@@ -15,9 +17,8 @@ fn on_bio_merge(c: &impl EbpfContext, i: usize) {
     if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), &l)) {
         // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs `stats`: a
         // non-null lookup of a per-CPU hash, so no other CPU writes it), valid while the program
-        // runs; a program nesting on this CPU may count into it too (integer counts, nothing
-        // invalid).
-        unsafe { (*s).merges += 1 };
+        // runs; a program nesting on this CPU counts into it with atomic adds too.
+        unsafe { add(addr_of_mut!((*s).merges), 1) };
     }
 }
 

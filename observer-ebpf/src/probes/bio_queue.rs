@@ -4,12 +4,13 @@
 //! holds the slot) until it becomes a request (`inflight::enter` takes it: the
 //! request's queue stage then starts at Q, so it includes sleeping for a request slot (tag)
 //! and write-back or cgroup throttling (rq_qos), which happen before the request exists) or
-//! merges into one (bio_merge.rs), or ends (`block_bio_complete(q, bio)`: also a bio that
-//! failed before it got a request, e.g. REQ_NOWAIT without a free tag, or merged without a
-//! tracepoint, a discard). Meanwhile the daemon lists it in `/inflight` as queued.
+//! merges into one (bio_merge.rs), or ends (`block_bio_complete(q, bio)`, bio_complete.rs:
+//! also a bio that failed before it got a request, e.g. REQ_NOWAIT without a free tag, or
+//! merged without a tracepoint, a discard). Meanwhile the daemon lists it in `/inflight` as
+//! queued.
 //! Bios of bio-based disks (dm, md: `queue->mq_ops` NULL) never become requests there: each
 //! gets an entry of its own in `INFLIGHT` (inflight.rs, `enter_bio`), aggregated at its
-//! `block_bio_complete` as a request with a total stage only (rq_complete.rs, `bio_completed`).
+//! `block_bio_complete` as a request with a total stage only (bio_complete.rs, `bio_completed`).
 use core::ptr::addr_of_mut;
 
 use aya_ebpf::{
@@ -29,12 +30,10 @@ use observer_ebpf::{
     store::put,
 };
 
-use super::{bio_remap::ended_unrequested, rq_complete::bio_completed};
 use crate::{
     inflight::enter_bio,
     maps::{addr_number, count},
-    nested::{self, Pair},
-    queued::{forget, BIO_QUEUED, BIO_SLOTS},
+    queued::{BIO_QUEUED, BIO_SLOTS},
 };
 
 #[inline(always)]
@@ -88,47 +87,5 @@ fn on_bio_queue(c: &impl EbpfContext, i: usize) {
     }
 }
 
-/// `block_bio_complete(struct request_queue *q, struct bio *bio, ...)` (the queue first on
-/// every kernel; block/bio.c, bio_endio, only for bios that passed block_bio_queue): the bio
-/// ended. On a bio-based disk (`q->mq_ops` NULL) it is aggregated; else its entry is forgotten.
-/// The first program of a nested.rs pair.
-#[inline(always)]
-fn on_bio_complete(c: &impl EbpfContext, i: usize) {
-    nested::ran(Pair::BioComplete, nested::bio_key(arg(c, i)));
-    bio_end(c, i);
-}
-
-/// `block_bio_complete` again, attached after [`on_bio_complete`]'s program: an end the kernel
-/// skipped that program for (it was running on this CPU: nested.rs) is handled here.
-#[inline(always)]
-fn on_bio_complete_nested(c: &impl EbpfContext, i: usize) {
-    if nested::skipped(Pair::BioComplete, nested::bio_key(arg(c, i))) {
-        count(Counter::NestedEnds);
-        bio_end(c, i);
-    }
-}
-
-/// What either program does for one end.
-#[inline(always)]
-fn bio_end(c: &impl EbpfContext, i: usize) {
-    let bio = arg(c, i);
-    let q = arg(c, i - 1);
-    let l = layout();
-    if q != 0 && read::<u64>(q, l.q_mq_ops) == 0 {
-        // A mark of a bio ending here was taken when it entered (inherit.rs); no map
-        // operation more here: 5.10's raw_tp variant is at the 512-byte stack limit.
-        bio_completed(bio, &l);
-        return;
-    }
-    let status: u8 = read(bio, l.bio_status);
-    if !ended_unrequested(bio, status as u64) {
-        forget(bio);
-    }
-}
-
-programs!(on_bio_complete => "block_bio_complete", bio_complete, bio_complete_raw, 1);
-programs!(on_bio_complete => "block_bio_complete", bio_complete_q, bio_complete_q_raw, 1);
-programs!(on_bio_complete_nested => "block_bio_complete", bio_complete_nested, bio_complete_nested_raw, 1);
-programs!(on_bio_complete_nested => "block_bio_complete", bio_complete_nested_q, bio_complete_nested_q_raw, 1);
 programs!(on_bio_queue => "block_bio_queue", bio_queue, bio_queue_raw, 0);
 programs!(on_bio_queue => "block_bio_queue", bio_queue_q, bio_queue_q_raw, 1);

@@ -4,7 +4,7 @@
 //! already on its new disk; `dev`/`from` are where it came from.
 //!
 //! Most drivers remap a clone, and the upper disk's bio later ends on the upper disk
-//! (`block_bio_complete`, bio_queue.rs). Some remap the very bio the upper disk was given
+//! (`block_bio_complete`, bio_complete.rs). Some remap the very bio the upper disk was given
 //! (NVMe multipath heads; md raid0 on kernels without md_account_bio's clones, or with iostats
 //! off), or a piece split from it below its `block_bio_queue` (md raid0 chunks: block/bio.c
 //! bio_split + bio_chain, which sets the piece's `bi_private` to its parent). Such a bio, once on
@@ -26,14 +26,18 @@ use aya_ebpf::{
     maps::{Array, PerCpuArray},
     EbpfContext,
 };
-use observer_common::maps::{Counter, Inflight, END_CHAINED, END_REMAPPED};
+use observer_common::{
+    maps::{Counter, Inflight, END_CHAINED, END_REMAPPED},
+    stage::data_final,
+};
 use observer_ebpf::{
     arg,
     kernel::{bio_disk, disk_dev, in_flush_seq},
     layout, programs, read,
+    store::add,
 };
 
-use super::rq_complete::bio_ended;
+use super::bio_complete::bio_ended;
 use crate::{
     bio_end::bio_counted,
     chain::unlink,
@@ -65,11 +69,9 @@ static ENDED: PerCpuArray<Ended> = PerCpuArray::with_max_entries(1, 0);
 #[inline(always)]
 fn live_add(n: u64) {
     if let Some(p) = REMAPPED_LIVE.get_ptr_mut(0) {
-        // BPF_XADD (atomic add, no fetch): on every kernel, unlike the fetching atomics (5.12).
         // SAFETY: `p` is REMAPPED_LIVE element 0 (a non-null lookup): a u64, valid and 8-aligned
-        // for the map's life; the instruction adds `n` to it atomically (BPF_XADD) and touches no
-        // other memory, and no register but its two inputs.
-        unsafe { core::arch::asm!("lock *(u64 *)({0} + 0) += {1}", in(reg) p, in(reg) n) };
+        // for the map's life.
+        unsafe { add(p, n) };
     }
 }
 
@@ -85,7 +87,7 @@ fn on_bio_remap(c: &impl EbpfContext, i: usize) {
     let below = bio_based.then(|| (disk_dev(disk, &l), read::<u64>(bio, l.bio_sector)));
     mark(bio, arg(c, i + 1) as u32, arg(c, i + 2), below);
     if bio_based {
-        // Onto another bio-based disk: its end is traced there (bio_queue.rs).
+        // Onto another bio-based disk: its end is traced there (bio_complete.rs).
         return;
     }
     if let Some(p) = INFLIGHT.get_ptr_mut(&bio) {
@@ -131,7 +133,7 @@ fn on_rq_complete(c: &impl EbpfContext, i: usize) {
     // Only a completion of all the request's bytes ends its bios (a partial one, rare, leaves
     // them to the last; one inside a flush sequence leaves them to the sequence's end, whose
     // completion carries 0 bytes of 0 left).
-    if in_flush_seq(rq, &l) || nr_bytes < read::<u32>(rq, l.rq_data_len) as u64 {
+    if !data_final(in_flush_seq(rq, &l), nr_bytes, read(rq, l.rq_data_len)) {
         return;
     }
     let Some(found) = ENDED.get_ptr_mut(0) else {

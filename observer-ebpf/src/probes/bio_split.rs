@@ -12,7 +12,7 @@
 //! is counted only when it ends or is remapped on its own (its grandparent's `bios` hold the
 //! piece in between).
 use aya_ebpf::EbpfContext;
-use observer_common::class::{Op, OP_MASK};
+use observer_common::class::Op;
 use observer_ebpf::{arg, kernel::bio_disk, layout, programs, read};
 
 use crate::{
@@ -46,7 +46,7 @@ fn on_split(c: &impl EbpfContext, i: usize) {
         // program; another CPU splitting or ending a piece of the same parent at once may update it
         // too: a saturating u16 count, so a race loses a count, never makes an invalid value.
         let p = unsafe { &mut *p };
-        if (between == 0 || holds) && p.class & OP_MASK != Op::Discard as u16 {
+        if (between == 0 || holds) && Op::from_code(p.class) != Op::Discard {
             p.bios = p.bios.saturating_add(1);
             split_counted(bio, parent);
         }

@@ -4,6 +4,7 @@
 //! `(struct request_queue *q, struct request *rq)`, and the bio merge ones `(q, rq, bio)`; the
 //! `*_q` programs read that layout. The daemon picks, per tracepoint, the pair that matches the
 //! `btf_trace_<name>` prototype in kernel BTF (observer/src/bpf/btf.rs, `ArgLayout`).
+mod bio_complete;
 mod bio_merge;
 pub mod bio_queue;
 mod bio_remap;

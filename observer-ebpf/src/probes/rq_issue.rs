@@ -1,11 +1,12 @@
 //! `block_rq_issue(struct request *rq)`: dispatch to the driver (blk_mq_start_request). At a
 //! request's first dispatch its size and bios are final (observer_common::dispatch): they are
-//! kept in its entry, and it is checked for a missed adjacent merge (merge.rs).
+//! kept in its entry, and it is checked for a missed adjacent merge (missed_merge.rs).
 use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
     class::Op,
     layout::KernelLayout,
     maps::{Counter, Inflight},
+    stage::{self, Dispatch},
 };
 use observer_ebpf::{
     arg,
@@ -15,7 +16,7 @@ use observer_ebpf::{
 };
 
 use crate::{
-    inflight::{count_lost, enter, live, mark_free, slot},
+    inflight::{count_lost, enter, entry, live, mark_free},
     maps::{count, dev_slot},
     stall::dispatched,
 };
@@ -34,14 +35,14 @@ fn on_issue(c: &impl EbpfContext, i: usize) {
     if is_flush(rq, &l) {
         // The shared per-hctx flush request (block/blk-flush.c): never "enters"; device stage
         // only. No data: it ends any run of adjacent dispatches.
-        let Some(e) = slot(rq, true) else { return };
+        let Some(e) = entry(rq, true) else { return };
         let dev = rq_dev(rq, &l);
-        let slot = dev_slot(dev);
-        // SAFETY: `e` is the flush request's entry from `slot` (its own INFLIGHT_SLOTS slot or
+        let disk_slot = dev_slot(dev);
+        // SAFETY: `e` is the flush request's entry from `entry` (its own INFLIGHT_SLOTS slot or
         // INFLIGHT element, non-null), valid while the program runs; no reference to it is live
         // here.
-        unsafe { fill(e, 0, now, dev, slot, Op::Flush as u16, 0, 0) };
-        dispatched(dev, slot, Op::Flush as u16, 0, now, 0, 0);
+        unsafe { fill(e, 0, now, dev, disk_slot, Op::Flush as u16, 0, 0) };
+        dispatched(dev, disk_slot, Op::Flush as u16, 0, now, 0, 0);
     } else if l.enter_fallback != 0 {
         // Directly issued without insert on a kernel without block_io_start: queue time is 0.
         enter(rq, now, now, false, true, &l);
@@ -59,7 +60,15 @@ fn first_dispatch(e: &mut Inflight, rq: u64, l: &KernelLayout, now: u64) {
     let sector: u64 = read(rq, l.rq_sector);
     e.size = bytes;
     e.bios = bio_count(rq, l);
-    let missed = dispatched(e.dev, e.slot, e.class, e.enter_ns, now, sector, bytes >> 9);
+    let missed = dispatched(
+        e.dev,
+        e.dev_slot,
+        e.class,
+        e.enter_ns,
+        now,
+        sector,
+        bytes >> 9,
+    );
     e.missed = missed as u8;
 }
 
@@ -67,24 +76,28 @@ fn first_dispatch(e: &mut Inflight, rq: u64, l: &KernelLayout, now: u64) {
 /// handled as a new one).
 #[inline(always)]
 fn redispatch(e: &mut Inflight, rq: u64, l: &KernelLayout, now: u64) -> bool {
-    if e.dispatch_ns == 0 {
-        e.dispatch_ns = now;
-        first_dispatch(e, rq, l, now);
-        return true;
+    match stage::redispatch(e.dispatch_ns, e.requeued) {
+        Dispatch::First => {
+            e.dispatch_ns = now;
+            first_dispatch(e, rq, l, now);
+            true
+        }
+        Dispatch::AfterRequeue => {
+            // The first dispatch stays (device time includes the requeue), the requeue was
+            // counted; so do its size, bios and merge check.
+            e.requeued = 0;
+            true
+        }
+        Dispatch::Stale => {
+            // The struct was reused after a completion we missed (typically the shared flush
+            // request). Count that request as completed with its latency lost; never let the
+            // stale timestamps produce a latency.
+            count(Counter::StaleEntries);
+            count_lost(e);
+            mark_free(e);
+            false
+        }
     }
-    if e.requeued != 0 {
-        // Re-dispatch after a requeue: the first dispatch stays (device time includes the
-        // requeue), the requeue was counted; so do its size, bios and merge check.
-        e.requeued = 0;
-        return true;
-    }
-    // Dispatched twice without requeue or completion: the struct was reused after a
-    // completion we missed (typically the shared flush request). Count that request as
-    // completed with its latency lost; never let the stale timestamps produce a latency.
-    count(Counter::StaleEntries);
-    count_lost(e);
-    mark_free(e);
-    false
 }
 
 programs!(on_issue => "block_rq_issue", rq_issue, rq_issue_raw, 0);

@@ -1,8 +1,10 @@
 //! `block_rq_merge(struct request *rq)`: `rq` is merged into another request and freed; it is
 //! not an I/O of its own.
 use aya_ebpf::EbpfContext;
+use core::ptr::addr_of_mut;
+
 use observer_common::class::classify;
-use observer_ebpf::{arg, kernel::rq_dev, layout, programs, read};
+use observer_ebpf::{arg, kernel::rq_dev, layout, programs, read, store::add};
 
 use crate::{
     inflight::{live, mark_free},
@@ -26,9 +28,8 @@ fn on_rq_merge(c: &impl EbpfContext, i: usize) {
     if let Some(s) = stats(dev, class) {
         // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs `stats`: a
         // non-null lookup of a per-CPU hash, so no other CPU writes it), valid while the program
-        // runs; a program nesting on this CPU may count into it too (integer counts, nothing
-        // invalid).
-        unsafe { (*s).merges += 1 };
+        // runs; a program nesting on this CPU counts into it with atomic adds too.
+        unsafe { add(addr_of_mut!((*s).merges), 1) };
     }
 }
 

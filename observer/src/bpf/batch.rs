@@ -216,7 +216,10 @@ pub struct SlotView<V> {
 unsafe impl<V> Send for SlotView<V> {}
 unsafe impl<V> Sync for SlotView<V> {}
 
-impl<V: Pod + Default> SlotView<V> {
+impl<V: Pod + Default> SlotView<V>
+where
+    Slot<V>: Pod,
+{
     /// Maps the array behind `map` (a dup of its fd is kept). Errors: dup(2) failing.
     pub fn new(map: &MapData) -> std::io::Result<SlotView<V>> {
         let fd = map.fd().as_fd().try_clone_to_owned()?;

@@ -446,33 +446,10 @@ pub fn attach_id_index(typedefs: &[(&str, u32)]) -> Result<aya::Btf, aya::BtfErr
 mod tests {
     use super::*;
 
-    /// The rule of observer/tests/support/skip.rs for these unit tests: true if the test can
-    /// run (`ok`); else under CI (`CI` set, not empty/0/false/no/off) a panic, elsewhere a skip
-    /// said on stderr and appended to `BLKOBS_SKIP_LOG` (listed by `cargo xtask test`).
+    /// observer/tests/support/skip_rule.rs: true if the test can run (`ok`), else a panic
+    /// under CI and a listed skip elsewhere.
     fn runnable(ok: bool, why: &str) -> bool {
-        if ok {
-            return true;
-        }
-        let ci = std::env::var("CI").is_ok_and(|v| {
-            !matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "" | "0" | "false" | "no" | "off"
-            )
-        });
-        assert!(!ci, "cannot run under CI: {why}");
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "SKIPPED {why}");
-        if let Some(log) = std::env::var_os("BLKOBS_SKIP_LOG") {
-            if let Ok(mut f) = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-            {
-                let test = std::thread::current().name().unwrap_or("?").to_string();
-                let _ = writeln!(f, "observer {test}: {why}");
-            }
-        }
-        false
+        ok || crate::bpf::skip_rule::skip(why)
     }
 
     /// Resolves against the running kernel; the expected values are the independent witness of

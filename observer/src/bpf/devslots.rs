@@ -14,7 +14,7 @@
 //! classification and stall tracking, and are counted in `blkobs_unindexed_requests_total`.
 //!
 //! The programs look a disk's slot up once per request, when it enters (the flush request: at
-//! its dispatch), and keep it in `Inflight::slot`. They use a slot's `DEVSTATE` / `LOG_RANGES`
+//! its dispatch), and keep it in `Inflight::dev_slot`. They use a slot's `DEVSTATE` / `LOG_RANGES`
 //! entry only if its `dev` is the request's disk, so a request in flight while its disk's slot
 //! is given to another disk cannot touch the new owner's state; the same check on
 //! `LOG_RANGES[slot].dev` validates the programs' per-CPU cache of `DEV_INDEX`. Hence the
@@ -191,15 +191,11 @@ impl DevSlots {
         }
     }
 
-    /// Takes the disks of this tick's scan (`inv`: those with media, hidden ones included,
-    /// whose names are remembered for their series: [`crate::labels::remember_device_name`],
-    /// they have no `/sys/dev/block` entry to resolve) and publishes the changes: a freed slot
+    /// Takes the disks of this tick's scan (`inv`: those with media, hidden ones included) and
+    /// publishes the changes: a freed slot
     /// is removed from `DEV_INDEX` first, then its entries zeroed; a given slot gets its
     /// `DEVSTATE` owner and `LOG_RANGES` first, then goes into `DEV_INDEX`.
     pub fn rescan(&mut self, inv: &Inventory) {
-        for (dev, name) in inv.hidden() {
-            crate::labels::remember_device_name(dev, name);
-        }
         self.present = inv.present();
         self.publish();
     }
@@ -252,12 +248,11 @@ impl DevSlots {
 
     /// Sets the wanted filesystem log ranges per disk (`mkdev` → ranges) and writes them into
     /// the `LOG_RANGES` slots of the disks; a disk with a log but no slot yet gets one first
-    /// if any is free. Slots of disks without a log are emptied.
-    pub fn set_log_ranges(&mut self, want: &BTreeMap<u32, LogRanges>) {
+    /// if any is free, from `inv`, a scan of the disks made now (a disk made for a mount gets
+    /// its slot at once). Slots of disks without a log are emptied.
+    pub fn set_log_ranges(&mut self, want: &BTreeMap<u32, LogRanges>, inv: &Inventory) {
         self.want = want.clone();
-        // A mount changed the ranges: a disk made for it (a loop device over a file on the new
-        // mount) gets its slot now, not at the next tick.
-        self.rescan(&Inventory::scan());
+        self.rescan(inv);
         for (&dev, &slot) in self.table.assigned() {
             let v = self.ranges_of(dev);
             if self.log_ranges.get(&slot, 0).ok() != Some(v) {
@@ -417,11 +412,11 @@ mod tests {
             inv.present(),
             set(&[mkdev(7, 4), mkdev(254, 0), mkdev(259, 3), hashed])
         );
-        for (dev, name) in inv.hidden() {
-            crate::labels::remember_device_name(dev, name);
-        }
-        assert_eq!(crate::labels::device_name(mkdev(259, 3)), "nvme1c1n1");
-        assert_eq!(crate::labels::device_name(hashed), "nvme1c2n1");
+        let hidden: Vec<(u32, &str)> = inv.hidden().collect();
+        assert_eq!(
+            hidden,
+            [(mkdev(259, 3), "nvme1c1n1"), (hashed, "nvme1c2n1")]
+        );
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(parse_dev("259:65536\n"), Some(mkdev(259, 65536)));
         assert_eq!(parse_dev("x"), None);

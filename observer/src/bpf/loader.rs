@@ -379,12 +379,227 @@ pub fn attach(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use object::{Object, ObjectSection, ObjectSymbol, RelocationTarget};
 
     /// No program calls an out-of-line `memset`/`memcpy`/`memmove`/`memcmp`/`bcmp`: the compiler
     /// emits them as global BPF subprograms, which kernels before ~6.6 refuse when handed a map
     /// value ("reg type unsupported for arg#0 function memset", Debian 12's 6.1). Structs in
     /// maps are written field by field instead (observer-ebpf `fill`, `put`).
+    /// The verifier's limit on a program's stack, all frames of a call chain together
+    /// (include/linux/filter.h `MAX_BPF_STACK`, the same on every kernel of the matrix).
+    const MAX_BPF_STACK: u64 = 512;
+    /// What the programs may use of it: a change that grows a frame past this fails here, on
+    /// the host, before a kernel's verifier refuses the program (6.1 once refused
+    /// `block_rq_complete` at 480 + 32 bytes, and the raw_tp fallback was refused the same way).
+    const STACK_MARGIN: u64 = 448;
+
+    /// Each function's own stack depth in `obj`'s code (bytes below r10 it touches: loads and
+    /// stores through r10, and r10-derived pointers it builds, e.g. a map key's address for a
+    /// helper), and its BPF-to-BPF callees (section index, offset), by (section index, offset).
+    /// The verifier's `stack_depth` of a subprogram is the same maximum over the accesses it
+    /// can reach (kernel/bpf/verifier.c, `check_stack_access` → `update_stack_depth`); this
+    /// reads every instruction, reachable or not, so it is never less.
+    #[allow(clippy::type_complexity)]
+    fn frames(obj: &object::File) -> BTreeMap<(usize, u64), (String, u64, Vec<(usize, u64)>)> {
+        let mut out = BTreeMap::new();
+        for section in obj.sections() {
+            if section.kind() != object::SectionKind::Text {
+                continue;
+            }
+            let code = section.data().expect("section data");
+            let relocs: BTreeMap<u64, (usize, u64)> = section
+                .relocations()
+                .filter_map(|(at, r)| match r.target() {
+                    RelocationTarget::Symbol(i) => {
+                        let sym = obj.symbol_by_index(i).ok()?;
+                        Some((at, (sym.section_index()?.0, sym.address())))
+                    }
+                    _ => None,
+                })
+                .collect();
+            for sym in obj.symbols() {
+                if sym.section_index() != Some(section.index())
+                    || sym.kind() != object::SymbolKind::Text
+                    || sym.size() == 0
+                {
+                    continue;
+                }
+                let (start, end) = (sym.address(), sym.address() + sym.size());
+                let mut depth = 0i64;
+                let mut calls = Vec::new();
+                // Registers holding r10 + offset, as far as a straight read tells.
+                let mut fp: [Option<i64>; 11] = [None; 11];
+                fp[10] = Some(0);
+                let mut pc = start;
+                while pc + 8 <= end {
+                    let i = &code[pc as usize..pc as usize + 8];
+                    let (op, dst, src) = (i[0], (i[1] & 0x0f) as usize, (i[1] >> 4) as usize);
+                    let off = i16::from_le_bytes([i[2], i[3]]) as i64;
+                    let imm = i32::from_le_bytes([i[4], i[5], i[6], i[7]]) as i64;
+                    let width = if op == 0x18 { 16 } else { 8 }; // ld_imm64 takes two slots
+                    let touch = |fp: &[Option<i64>; 11], depth: &mut i64, base: usize, off: i64| {
+                        if let Some(b) = fp.get(base).copied().flatten() {
+                            *depth = (*depth).max(-(b + off));
+                        }
+                    };
+                    match op & 0x07 {
+                        // LDX: a load from src + off into dst.
+                        0x01 => {
+                            touch(&fp, &mut depth, src, off);
+                            fp[dst] = None;
+                        }
+                        // ST, STX (atomics included): a store to dst + off.
+                        0x02 | 0x03 => touch(&fp, &mut depth, dst, off),
+                        // ALU64: track `rX = rY` of a frame pointer and `rX += imm` on one.
+                        0x07 => {
+                            if op == 0xbf {
+                                fp[dst] = fp[src];
+                            } else if op == 0x07 && fp[dst].is_some() {
+                                fp[dst] = fp[dst].map(|b| b + imm);
+                                touch(&fp, &mut depth, dst, 0);
+                            } else if dst != 10 {
+                                fp[dst] = None;
+                            }
+                        }
+                        // ALU32 and ld_imm64 write a register that is then no frame pointer.
+                        0x04 | 0x00 if dst != 10 => fp[dst] = None,
+                        // JMP: a call. A BPF-to-BPF one (src 1: BPF_PSEUDO_CALL) is relocated
+                        // to a symbol (its address + (imm + 1) × 8) or relative to this one.
+                        0x05 if op == 0x85 => {
+                            if src == 1 {
+                                calls.push(match relocs.get(&pc) {
+                                    Some(&(sec, addr)) => {
+                                        (sec, (addr as i64 + (imm + 1) * 8) as u64)
+                                    }
+                                    None => (section.index().0, (pc as i64 + (imm + 1) * 8) as u64),
+                                });
+                            }
+                            // Helpers and callees clobber r1-r5; r0 holds the result.
+                            for r in fp.iter_mut().take(6) {
+                                *r = None;
+                            }
+                        }
+                        _ => {}
+                    }
+                    pc += width;
+                }
+                let name = sym.name().unwrap_or("?").to_string();
+                out.insert((section.index().0, start), (name, depth as u64, calls));
+            }
+        }
+        out
+    }
+
+    /// Stack of the deepest call chain from `f`: each frame rounded up to 32 bytes (at least
+    /// 32), as kernel/bpf/verifier.c `check_max_stack_depth` adds them.
+    #[allow(clippy::type_complexity)]
+    fn chain_depth(
+        frames: &BTreeMap<(usize, u64), (String, u64, Vec<(usize, u64)>)>,
+        f: (usize, u64),
+        seen: &mut Vec<(usize, u64)>,
+    ) -> u64 {
+        let Some((name, own, calls)) = frames.get(&f) else {
+            panic!("a call into {f:?}, where no function starts");
+        };
+        assert!(!seen.contains(&f), "recursion through {name}");
+        seen.push(f);
+        let deepest = calls
+            .iter()
+            .map(|&c| chain_depth(frames, c, seen))
+            .max()
+            .unwrap_or(0);
+        seen.pop();
+        (*own).max(1).div_ceil(32) * 32 + deepest
+    }
+
+    /// Every program of the daemon's objects (the observer's, and the reaper's request-state
+    /// probe) stays within [`STACK_MARGIN`] of the verifier's 512 bytes, its callees' frames
+    /// included. The depth is a property of the object, the same for every kernel of the
+    /// matrix: the kernels differ in what they refuse at 512, not in what they count.
+    #[test]
+    fn programs_stack_within_margin() {
+        let (mut report, mut over) = (Vec::new(), Vec::new());
+        for (what, bytes) in [
+            ("observer", super::OBJECT),
+            ("reqstate", crate::bpf::reqstate::OBJECT),
+        ] {
+            let obj = object::File::parse(bytes).expect("the embedded eBPF object is ELF");
+            let frames = frames(&obj);
+            let mut deepest = 0;
+            for (&f, (name, own, _)) in &frames {
+                let sec = obj.section_by_index(object::SectionIndex(f.0)).unwrap();
+                if sec.name().unwrap_or("") == ".text" {
+                    continue; // subprograms: counted in the chains of the programs calling them
+                }
+                let total = chain_depth(&frames, f, &mut Vec::new());
+                deepest = deepest.max(total);
+                report.push(format!(
+                    "{what}/{name}: own frame {own}, with callees {total}"
+                ));
+                if total > STACK_MARGIN {
+                    over.push(format!("{what}/{name}: {total} (own frame {own})"));
+                }
+            }
+            assert!(deepest > 0, "{what}: no program found in the object");
+        }
+        eprintln!("{}", report.join("\n"));
+        assert!(
+            over.is_empty(),
+            "programs whose stack with their callees is over the margin of {STACK_MARGIN} of \
+             the verifier's {MAX_BPF_STACK} bytes: {over:#?}"
+        );
+    }
+
+    /// The analysis sees a frame: a function that stores at r10 - 488 has an own depth of 488,
+    /// and one that calls it (rounded frames: 32 + 512) is over the limit.
+    #[test]
+    fn stack_analysis_reads_frames_and_calls() {
+        // Two functions in one section, as the BPF target emits them; hand-assembled.
+        // f (at 0): call g; exit.   g (at 16): *(u64 *)(r10 - 488) = r1; r2 = r10;
+        // r2 += -40; exit.
+        let ins = |op: u8, regs: u8, off: i16, imm: i32| {
+            let mut v = vec![op, regs];
+            v.extend(off.to_le_bytes());
+            v.extend(imm.to_le_bytes());
+            v
+        };
+        let mut code = Vec::new();
+        code.extend(ins(0x85, 0x10, 0, 1)); // call pc + 1 + 1 = g
+        code.extend(ins(0x95, 0, 0, 0));
+        code.extend(ins(0x7b, 0x1a, -488, 0)); // *(u64 *)(r10 - 488) = r1
+        code.extend(ins(0xbf, 0xa2, 0, 0)); // r2 = r10
+        code.extend(ins(0x07, 0x02, 0, -40)); // r2 += -40
+        code.extend(ins(0x95, 0, 0, 0));
+        let mut w = object::write::Object::new(
+            object::BinaryFormat::Elf,
+            object::Architecture::Bpf,
+            object::Endianness::Little,
+        );
+        let text = w.add_section(Vec::new(), b"prog".to_vec(), object::SectionKind::Text);
+        w.append_section_data(text, &code, 8);
+        for (name, at, size) in [("f", 0, 16), ("g", 16, 32)] {
+            w.add_symbol(object::write::Symbol {
+                name: name.as_bytes().to_vec(),
+                value: at,
+                size,
+                kind: object::SymbolKind::Text,
+                scope: object::SymbolScope::Compilation,
+                weak: false,
+                section: object::write::SymbolSection::Section(text),
+                flags: object::SymbolFlags::None,
+            });
+        }
+        let bytes = w.write().unwrap();
+        let obj = object::File::parse(&*bytes).unwrap();
+        let frames = frames(&obj);
+        let (&f, _) = frames.iter().find(|(_, v)| v.0 == "f").unwrap();
+        let (_, g) = frames.iter().find(|(_, v)| v.0 == "g").unwrap();
+        assert_eq!(g.1, 488);
+        assert_eq!(chain_depth(&frames, f, &mut Vec::new()), 32 + 512);
+    }
+
     #[test]
     fn programs_call_no_memory_builtins() {
         let obj = object::File::parse(super::OBJECT).expect("the embedded eBPF object is ELF");

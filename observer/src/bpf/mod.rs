@@ -8,7 +8,7 @@
 //! slot array (`INFLIGHT_SLOTS`, `BIO_SLOTS`: observer_common::maps::Slot, read through
 //! [`batch::SlotView`]); a disk's **per-device slot** (dev slot) is its index into the
 //! per-device arrays (`DEV_INDEX` → `DEVSTATE`, `LOG_RANGES`), given by [`devslots`] (the
-//! shared layout keeps it in `Inflight::slot`).
+//! shared layout keeps it in `Inflight::dev_slot`).
 
 pub mod batch;
 pub mod btf;
@@ -19,3 +19,9 @@ pub mod maps;
 pub mod progstats;
 pub mod reqstate;
 pub mod tracepoints;
+
+/// The tests' one CI/skip rule (fails under CI, else a listed skip), compiled here from the
+/// integration tests' file for this module's unit tests.
+#[cfg(test)]
+#[path = "../../tests/support/skip_rule.rs"]
+mod skip_rule;

@@ -12,7 +12,8 @@ use observer_common::layout::KernelLayout;
 use super::loader::{load_err, ProbeError};
 
 /// The object built by build.rs from observer-ebpf/src/reqstate.rs.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/reqstate.bpf.o"));
+pub(crate) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/reqstate.bpf.o"));
 
 /// Set in the program's result while the request is inside a flush sequence.
 const IN_FLUSH_SEQ: u32 = 1 << 8;

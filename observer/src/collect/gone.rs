@@ -10,7 +10,10 @@ use observer_common::maps::{dev_major, dev_minor};
 use tracing::info;
 
 use super::reaper::Reaped;
-use crate::{bpf::maps::StatsWriter, disks::Inventory};
+use crate::{
+    bpf::maps::StatsWriter,
+    disks::{DiskView, Inventory},
+};
 
 /// When each missing disk was first seen missing.
 #[derive(Default)]
@@ -21,10 +24,12 @@ pub struct GoneDevices {
 
 impl GoneDevices {
     /// One pass at monotonic time `now` (ns) over the disks with entries in `maps`, against
-    /// this tick's disks `inv`: notes disks newly missing (or without media), forgets those
+    /// this tick's disks `inv` (the latest of `disks`, whose names of forgotten disks it drops):
+    /// notes disks newly missing (or without media), forgets those
     /// missing for `forget_after` or longer. Returns the device numbers forgotten.
     pub fn sweep(
         &mut self,
+        disks: &DiskView,
         inv: &Inventory,
         maps: &mut StatsWriter,
         now: u64,
@@ -54,8 +59,8 @@ impl GoneDevices {
                 .expect("reaper lock")
                 .retain(|k, _| k.dev != dev);
             self.missing_since.remove(&dev);
-            let name = crate::labels::device_name(dev);
-            crate::labels::forget_device_name(dev);
+            let name = disks.name(dev);
+            disks.forget(dev);
             info!(
                 device = %name,
                 number = %format!("{}:{}", dev_major(dev), dev_minor(dev)),

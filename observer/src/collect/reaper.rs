@@ -42,6 +42,8 @@ pub struct Reaped(pub Mutex<BTreeMap<ClassKey, ReapedCounts>>);
 pub struct ReapedCounts {
     /// Requests retired.
     pub requests: u64,
+    /// Their bytes (B, `Inflight::lost_bytes`).
+    pub bytes: u64,
     /// Their size, bios and missed merges at their first dispatch (all were dispatched).
     pub dispatch: DispatchHist,
 }
@@ -138,6 +140,7 @@ impl Reaper {
                     })
                     .or_default();
                 r.requests += 1;
+                r.bytes += e.lost_bytes();
                 r.dispatch.record(e.size, e.bios, e.missed);
                 n += 1;
             }

@@ -18,7 +18,7 @@ use crate::{
         maps::KernelMaps,
     },
     config::DeviceFilter,
-    labels::{bio_based, device_mapper_name, device_name},
+    disks::DiskView,
     time::monotonic_ns,
 };
 
@@ -133,7 +133,7 @@ pub struct InflightCounts {
     pub oldest_queue_ns: u64,
     /// Age (ns) of the oldest request at the device (since its dispatch), 0 if none.
     pub oldest_device_ns: u64,
-    /// The disk is bio-based ([`crate::labels::bio_based`]: dm, md): `queue` and
+    /// The disk is bio-based ([`DiskView::bio_based`]: dm, md): `queue` and
     /// `oldest_queue_ns` count its bios in flight since their entry, exported as stage `total`.
     pub bio_based: bool,
 }
@@ -193,7 +193,7 @@ pub struct Snapshot {
     /// Per-device slots in use, capacity, and degraded disks.
     pub dev_slots: DevSlotCounts,
     /// Device-mapper disks among `inflight`'s: device → (dm name, dm uuid)
-    /// ([`crate::labels::device_mapper_name`]).
+    /// ([`DiskView::device_mapper`]).
     pub device_mapper: BTreeMap<String, (String, String)>,
     /// While `[cgroups] label` is on: (device, class, owner cgroup label) → (requests, bytes)
     /// from `OWNER_STATS`, plus the reaper's retired requests under the unknown owner `""`;
@@ -203,11 +203,18 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Reads every map once. Errors of single entries (a key deleted while iterating) are skipped.
-    pub fn read(maps: &KernelMaps, reaped: &Reaped, filter: &DeviceFilter) -> Snapshot {
+    /// Reads every map once, naming the devices with `disks`. Errors of single entries (a key
+    /// deleted while iterating) are skipped.
+    pub fn read(
+        maps: &KernelMaps,
+        reaped: &Reaped,
+        filter: &DeviceFilter,
+        disks: &DiskView,
+    ) -> Snapshot {
         let mut s = Snapshot::default();
         let mut names = DeviceNames {
             filter,
+            disks,
             cache: BTreeMap::new(),
         };
         let n_stats = s.add_class_stats(maps, &mut names);
@@ -220,7 +227,7 @@ impl Snapshot {
         s.dev_slots = DevSlotCounts::read(maps);
         for (dev, c) in &s.inflight {
             if c.bio_based {
-                if let Some(dm) = device_mapper_name(dev) {
+                if let Some(dm) = disks.device_mapper(dev) {
                     s.device_mapper.insert(dev.clone(), dm);
                 }
             }
@@ -232,9 +239,9 @@ impl Snapshot {
     }
 
     /// The in-flight counts of disk `name` (number `dev`), created on first use.
-    fn counts(&mut self, name: String, dev: u32) -> &mut InflightCounts {
+    fn counts(&mut self, name: String, dev: u32, disks: &DiskView) -> &mut InflightCounts {
         self.inflight.entry(name).or_insert_with(|| InflightCounts {
-            bio_based: bio_based(dev),
+            bio_based: disks.bio_based(dev),
             ..InflightCounts::default()
         })
     }
@@ -290,7 +297,7 @@ impl Snapshot {
             let Some((dev, t)) = t else {
                 continue;
             };
-            self.counts(dev.clone(), key.dev);
+            self.counts(dev.clone(), key.dev, names.disks);
             match self.classes.entry((dev, Class(key.class))) {
                 Entry::Vacant(e) => {
                     e.insert(t);
@@ -312,6 +319,7 @@ impl Snapshot {
                 .entry((dev, Class(key.class)))
                 .or_insert_with(ClassTotals::new);
             t.requests += r.requests;
+            t.bytes += r.bytes;
             t.lost += r.requests;
             t.dispatch.add(&r.dispatch);
         }
@@ -330,7 +338,7 @@ impl Snapshot {
             let Some(dev) = names.get(e.dev) else {
                 return;
             };
-            let c = self.counts(dev, e.dev);
+            let c = self.counts(dev, e.dev, names.disks);
             if e.at_device() {
                 c.device += 1;
                 c.oldest_device_ns = c.oldest_device_ns.max(now.saturating_sub(e.dispatch_ns));
@@ -395,16 +403,17 @@ impl DevSlotCounts {
 /// refuses.
 struct DeviceNames<'a> {
     filter: &'a DeviceFilter,
+    disks: &'a DiskView,
     cache: BTreeMap<u32, Option<String>>,
 }
 
 impl DeviceNames<'_> {
     fn get(&mut self, dev: u32) -> Option<String> {
-        let filter = self.filter;
+        let (filter, disks) = (self.filter, self.disks);
         self.cache
             .entry(dev)
             .or_insert_with(|| {
-                let n = device_name(dev);
+                let n = disks.name(dev);
                 filter.allows(&n).then_some(n)
             })
             .clone()

@@ -18,7 +18,7 @@ use crate::{
         windows::{self, HistogramWindows},
     },
     config::{web, Config, ConfigError, DeviceFilter, LiveWebConfig, WebConfig},
-    disks::{Inventory, KnownDisks},
+    disks::DiskView,
     exposition::{BucketMap, ProcessMetrics},
     fslog, http,
     state::{AppState, ReloadableSettings},
@@ -67,10 +67,11 @@ where
     )?;
     // Give every disk its per-device slot before anything else: requests entering a disk
     // without one lack log classification and stall detection (bpf/devslots.rs).
+    let disks = DiskView::default();
     maps.dev_slots
         .lock()
         .expect("dev slots lock")
-        .rescan(&Inventory::scan());
+        .rescan(&disks.rescan());
     let request_probe = probes.request_probe.take().map(Arc::new);
     if let Some(log) = probes.kernel_log.take() {
         kernel_log::spawn_reader(log).context("polling the AYA_LOGS ring buffer")?;
@@ -96,23 +97,25 @@ where
         fslog: Arc::default(),
         http_rejected: Arc::default(),
         web: Arc::new(LiveWebConfig::new(web)),
-        disks: KnownDisks::default(),
+        disks,
         process: ProcessMetrics::new(),
         // Last: the fields above read from `probes` first.
         programs: Mutex::new(Some(probes)),
     });
-    state.disks.record(&Inventory::scan());
     spawn_reaper_and_windows(state.clone());
     spawn_event_reader(state.clone())?;
     let fslog_state = state.clone();
     fslog::spawn(
         move |want| {
+            // A mount changed the ranges: a disk made for it (a loop device over a file on
+            // the new mount) gets its slot now, not at the next tick.
+            let inv = fslog_state.disks.rescan();
             fslog_state
                 .maps
                 .dev_slots
                 .lock()
                 .expect("dev slots lock")
-                .set_log_ranges(want)
+                .set_log_ranges(want, &inv)
         },
         state.fslog.clone(),
         fslog::Sources::for_host_root(cfg.host_root.as_deref()),
@@ -171,13 +174,12 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
             let st = st.clone();
             let _ = tokio::task::spawn_blocking(move || {
                 // One scan of the disks for everything this tick does.
-                let inv = Inventory::scan();
+                let inv = st.disks.tick();
                 st.maps
                     .dev_slots
                     .lock()
                     .expect("dev slots lock")
                     .rescan(&inv);
-                st.disks.record(&inv);
                 {
                     let mut map = st.maps.inflight_rw.lock().expect("reaper lock");
                     st.reaper.lock().expect("reaper lock").reap(
@@ -192,6 +194,7 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
                 };
                 let now = monotonic_ns();
                 st.gone.lock().expect("gone devices lock").sweep(
+                    &st.disks,
                     &inv,
                     &mut st.maps.stats_rw.lock().expect("stats maps lock"),
                     now,
@@ -201,7 +204,7 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
                 let due = st.windows.lock().expect("windows lock").oldest().is_none()
                     || now % windows::INTERVAL_NS < 1_100_000_000;
                 if due {
-                    let snap = Snapshot::read(&st.maps, &st.reaped, &filter);
+                    let snap = Snapshot::read(&st.maps, &st.reaped, &filter, &st.disks);
                     st.windows.lock().expect("windows lock").record(now, &snap);
                     drop(snap);
                     // Scrapes and snapshots allocate and free megabytes on several threads;

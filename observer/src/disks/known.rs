@@ -2,11 +2,7 @@
 //! started (every second, [`crate::daemon`]), by kernel name and as `MAJ:MIN` (how a disk that
 //! went away is named in reports). The API's `device=` parameter accepts only these.
 
-use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
-    sync::Mutex,
-};
+use std::{collections::BTreeMap, sync::Arc, sync::Mutex};
 
 use observer_common::maps::{dev_major, dev_minor};
 
@@ -36,10 +32,10 @@ pub enum UnknownDisk {
     },
 }
 
-/// The set, with when each name was last seen (rescan number).
+/// The set, with when each name was last seen (scan number). Kept by [`super::DiskView`],
+/// which records every scan in it.
+#[derive(Default)]
 pub struct KnownDisks {
-    sys_block: PathBuf,
-    sys_class_block: PathBuf,
     seen: Mutex<Seen>,
 }
 
@@ -49,32 +45,7 @@ struct Seen {
     names: BTreeMap<String, u64>,
 }
 
-impl Default for KnownDisks {
-    fn default() -> Self {
-        Self::new(Path::new("/sys/block"), Path::new("/sys/class/block"))
-    }
-}
-
 impl KnownDisks {
-    /// Reading disks from `sys_block` (`/sys/block`) and partitions from `sys_class_block`
-    /// (`/sys/class/block`). Empty until [`KnownDisks::rescan`].
-    pub fn new(sys_block: &Path, sys_class_block: &Path) -> KnownDisks {
-        KnownDisks {
-            sys_block: sys_block.to_path_buf(),
-            sys_class_block: sys_class_block.to_path_buf(),
-            seen: Mutex::default(),
-        }
-    }
-
-    /// Scans `/sys/block` now and [`KnownDisks::record`]s it (a name asked for that is not
-    /// known yet).
-    pub fn rescan(&self) {
-        self.record(&Inventory::scan_in(
-            &self.sys_block,
-            Path::new(super::PROC_DISKSTATS),
-        ));
-    }
-
     /// Adds every disk of a scan (name and `MAJ:MIN`), then forgets the names gone longest
     /// while more than [`CAPACITY`] are known.
     pub fn record(&self, inv: &Inventory) {
@@ -108,30 +79,32 @@ impl KnownDisks {
         }
     }
 
-    /// Whether `name` is a disk that exists or existed (known, or in `/sys/block` right now: a
-    /// disk created since the last rescan counts); else why not.
-    pub fn check(&self, name: &str) -> Result<(), UnknownDisk> {
+    /// Whether `name` is a disk that exists or existed (known, or in a scan made now by
+    /// `scan`, which records it: a disk created since the last scan counts); else why not (a
+    /// partition of a disk in that scan, or never a disk).
+    pub fn check(
+        &self,
+        name: &str,
+        scan: impl FnOnce() -> Arc<Inventory>,
+    ) -> Result<(), UnknownDisk> {
         let plain = !name.is_empty() && name != "." && name != ".." && !name.contains('/');
         if plain {
             if self.knows(name) {
                 return Ok(());
             }
-            if self.sys_block.join(name).exists() {
-                self.rescan();
+            let inv = scan();
+            if inv.disks.iter().any(|d| d.name == name) {
                 return Ok(());
             }
-            let part = self.sys_class_block.join(name);
-            if part.join("partition").exists() {
-                if let Some(disk) = std::fs::canonicalize(&part).ok().and_then(|p| {
-                    p.parent()?
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                }) {
-                    return Err(UnknownDisk::Partition {
-                        name: name.to_string(),
-                        disk,
-                    });
-                }
+            if let Some(d) = inv
+                .disks
+                .iter()
+                .find(|d| d.partitions.iter().any(|p| p.name == name))
+            {
+                return Err(UnknownDisk::Partition {
+                    name: name.to_string(),
+                    disk: d.name.clone(),
+                });
             }
         }
         Err(UnknownDisk::Never {
@@ -160,7 +133,10 @@ impl KnownDisks {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+    use crate::disks::DiskView;
 
     fn disk(root: &Path, name: &str, dev: &str) {
         let d = root.join("block").join(name);
@@ -174,13 +150,11 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         disk(&root, "vda", "254:0");
         disk(&root, "loop3", "7:3");
-        // /sys/class/block/vda1 -> a directory under vda with a `partition` file.
+        // A directory under vda with a `partition` file.
         let part = root.join("block/vda/vda1");
         std::fs::create_dir_all(&part).unwrap();
         std::fs::write(part.join("partition"), "1\n").unwrap();
-        std::fs::create_dir_all(root.join("class")).unwrap();
-        std::os::unix::fs::symlink(&part, root.join("class/vda1")).unwrap();
-        let k = KnownDisks::new(&root.join("block"), &root.join("class"));
+        let k = DiskView::new(&root.join("block"), &root.join("diskstats"));
         k.rescan();
         assert_eq!(k.check("vda"), Ok(()));
         assert_eq!(k.check("7:3"), Ok(()));
@@ -216,7 +190,11 @@ mod tests {
             disk(&root, &format!("d{i}"), &format!("1:{i}"));
         }
         k.rescan();
-        assert_eq!(k.len(), CAPACITY, "vda, nvme0n1 and the d* are present");
+        assert_eq!(
+            k.known().len(),
+            CAPACITY,
+            "vda, nvme0n1 and the d* are present"
+        );
         for name in ["vda", "254:0", "nvme0n1", "d0", "1:0"] {
             assert_eq!(k.check(name), Ok(()), "{name} is present");
         }

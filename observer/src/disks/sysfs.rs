@@ -1,6 +1,6 @@
 //! How Linux lists its disks: `/sys/block/<disk>/` (`dev`, `size`, `hidden`, `mq/`, `dm/name`,
-//! `slaves/`, `holders/`, `multipath/`, `queue/write_cache`, partitions), and /proc/diskstats
-//! for the numbers of hidden disks.
+//! `slaves/`, `holders/`, `multipath/`, `queue/write_cache`, partitions, and what identifies
+//! the drive: [`Identity`]), and /proc/diskstats for the numbers of hidden disks.
 
 use std::{
     collections::BTreeSet,
@@ -50,6 +50,10 @@ pub struct BlockDisk {
     /// A device-mapper disk's name (`dm/name`, e.g. `vg0-data`); `None` (null) for other
     /// disks.
     pub dm_name: Option<String>,
+    /// A device-mapper disk's uuid (`dm/uuid`; empty if its table has none or it is no
+    /// device-mapper disk). Not shown by `GET /devices`.
+    #[serde(skip)]
+    pub dm_uuid: String,
     /// The disks (or partitions) it sits on (`slaves/`: md0 → loop0, loop1; dm-0 → md0),
     /// sorted. An NVMe multipath head lists its path disks here too (`multipath/`,
     /// drivers/nvme/host/multipath.c: nvme0n1 → nvme0c0n1, nvme0c1n1).
@@ -61,6 +65,121 @@ pub struct BlockDisk {
     pub hidden: bool,
     /// Its partitions, by start sector.
     pub partitions: Vec<Partition>,
+    /// What the drive is and how its queue is set up ([`Identity::read`]).
+    pub identity: Identity,
+}
+
+/// What identifies a disk across a fleet and how its queue is set up, from sysfs, as
+/// node_exporter's `node_disk_info` gives it (which reads udev's database; these are the sysfs
+/// files udev's values come from). Text fields are empty where the driver has none (loop, dm,
+/// md, zram: no `device/`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Identity {
+    /// Drive model: `device/model` (SCSI: drivers/scsi/scsi_sysfs.c, the INQUIRY product id;
+    /// NVMe: the controller's, or for a multipath head the subsystem's, `model`,
+    /// drivers/nvme/host/sysfs.c), trimmed.
+    pub model: String,
+    /// Serial number: `device/serial` (NVMe), `serial` (virtio-blk:
+    /// drivers/block/virtio_blk.c, the `serial=` qemu gives the drive), or the unit serial
+    /// number VPD page `device/vpd_pg80` (SCSI: SPC-4 7.8.15, ASCII from byte 4), trimmed.
+    pub serial: String,
+    /// World wide identifier: `wwid` (NVMe namespace: `eui.`, `nguid.` or `nvme.` form) or
+    /// `device/wwid` (SCSI: `naa.`, `t10.`, ...). Not udev's `ID_WWN` (`0x...`), which
+    /// node_exporter exports as `wwn`.
+    pub wwid: String,
+    /// Firmware revision: `device/firmware_rev` (NVMe) or `device/rev` (SCSI), trimmed.
+    pub revision: String,
+    /// `queue/rotational`: the driver says it seeks (loop devices inherit it from the file's
+    /// disk on recent kernels).
+    pub rotational: bool,
+    /// `queue/logical_block_size` (bytes): the smallest unit the disk addresses.
+    pub logical_block_size: u32,
+    /// `queue/physical_block_size` (bytes): the smallest unit it writes without a
+    /// read-modify-write.
+    pub physical_block_size: u32,
+    /// The I/O scheduler in use: the bracketed name in `queue/scheduler` (`none`,
+    /// `mq-deadline`, `kyber`, `bfq`); `none` for bio-based disks, which have no scheduler.
+    pub scheduler: String,
+    /// `queue/fua` (Linux ≥ 4.18): the disk takes writes with REQ_FUA itself; otherwise the
+    /// block layer turns each into the write followed by a cache flush (block/blk-flush.c).
+    pub fua: bool,
+}
+
+impl Identity {
+    /// Reads the identity of the disk at sysfs directory `dir` (`/sys/block/<disk>`); the drive
+    /// fields (model, serial, wwid, revision) are `drive`'s where given (the same disk seen
+    /// before), the queue's are read every time. Missing files give empty text, 0 sizes, false.
+    pub fn read(dir: &Path, drive: Option<&Identity>) -> Identity {
+        let device = dir.join("device");
+        let first = |files: &[PathBuf]| {
+            files
+                .iter()
+                .map(|f| read(f))
+                .find(|v| !v.is_empty())
+                .unwrap_or_default()
+        };
+        let scheduler = read(&dir.join("queue/scheduler"));
+        let queue = Identity {
+            rotational: read(&dir.join("queue/rotational")) == "1",
+            logical_block_size: read(&dir.join("queue/logical_block_size"))
+                .parse()
+                .unwrap_or(0),
+            physical_block_size: read(&dir.join("queue/physical_block_size"))
+                .parse()
+                .unwrap_or(0),
+            scheduler: active_scheduler(&scheduler),
+            fua: read(&dir.join("queue/fua")) == "1",
+            ..Identity::default()
+        };
+        if let Some(d) = drive {
+            return Identity {
+                model: d.model.clone(),
+                serial: d.serial.clone(),
+                wwid: d.wwid.clone(),
+                revision: d.revision.clone(),
+                ..queue
+            };
+        }
+        Identity {
+            model: read(&device.join("model")),
+            serial: {
+                let s = first(&[device.join("serial"), dir.join("serial")]);
+                if s.is_empty() {
+                    std::fs::read(device.join("vpd_pg80"))
+                        .map(|b| vpd_serial(&b))
+                        .unwrap_or_default()
+                } else {
+                    s
+                }
+            },
+            wwid: first(&[dir.join("wwid"), device.join("wwid")]),
+            revision: first(&[device.join("firmware_rev"), device.join("rev")]),
+            ..queue
+        }
+    }
+}
+
+/// The scheduler in use from `queue/scheduler` (`none [mq-deadline] kyber` → `mq-deadline`;
+/// a bio-based disk's file reads `none`, one without the file nothing: `none` too).
+fn active_scheduler(text: &str) -> String {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+        .unwrap_or("none")
+        .to_string()
+}
+
+/// The product serial number of a SCSI unit serial number VPD page (0x80): the page length is
+/// bytes 2..4 (big-endian), the ASCII serial follows from byte 4; trimmed of the spaces and
+/// NULs drives pad it with. Empty for anything else.
+fn vpd_serial(page: &[u8]) -> String {
+    if page.len() < 4 || page[1] != 0x80 {
+        return String::new();
+    }
+    let len = u16::from_be_bytes([page[2], page[3]]) as usize;
+    let end = (4 + len).min(page.len());
+    String::from_utf8_lossy(&page[4..end])
+        .trim_matches(|c: char| c.is_whitespace() || c == '\0')
+        .to_string()
 }
 
 /// [`BlockDisk::dev`] as `GET /devices` writes it: `M:m`, or an empty string for `None`.
@@ -86,6 +205,14 @@ impl Inventory {
 
     /// Scans `sys_block`, reading `diskstats` (only) when a disk has no sysfs `dev`.
     pub fn scan_in(sys_block: &Path, diskstats: &Path) -> Inventory {
+        Inventory::scan_after(sys_block, diskstats, &Inventory::default())
+    }
+
+    /// [`Inventory::scan_in`], keeping the drive identity (model, serial, wwid, revision) of
+    /// the disks `prev` has under the same name and number instead of reading it again: a
+    /// virtio-blk `serial` read sends the device a request (GET_ID, drivers/block/virtio_blk.c),
+    /// so it is read once per disk appearance, not every tick.
+    pub fn scan_after(sys_block: &Path, diskstats: &Path, prev: &Inventory) -> Inventory {
         let mut stats: Option<String> = None;
         let mut disks = Vec::new();
         for name in entries(sys_block) {
@@ -104,6 +231,9 @@ impl Inventory {
                 dm_name: std::fs::read_to_string(dir.join("dm/name"))
                     .ok()
                     .map(|n| n.trim_end().to_string()),
+                dm_uuid: std::fs::read_to_string(dir.join("dm/uuid"))
+                    .map(|n| n.trim_end().to_string())
+                    .unwrap_or_default(),
                 slaves: {
                     let mut v = entries(&dir.join("slaves"));
                     v.extend(entries(&dir.join("multipath")));
@@ -112,6 +242,13 @@ impl Inventory {
                 },
                 holders: entries(&dir.join("holders")),
                 partitions: partitions(&dir),
+                identity: Identity::read(
+                    &dir,
+                    prev.disks
+                        .iter()
+                        .find(|p| p.name == name && p.dev == dev)
+                        .map(|p| &p.identity),
+                ),
                 name,
             });
         }
@@ -211,4 +348,101 @@ pub fn disk_number(
 pub fn parse_dev(s: &str) -> Option<u32> {
     let (maj, min) = s.trim().split_once(':')?;
     Some(mkdev(maj.parse().ok()?, min.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An NVMe namespace (identity from its controller), a SCSI disk (serial from VPD page
+    /// 0x80), a virtio-blk disk (its own `serial`) and a dm disk (nothing but its queue).
+    #[test]
+    fn identity_of_nvme_scsi_virtio_and_dm() {
+        let dir = std::env::temp_dir().join(format!("obs-identity-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let put = |f: &str, v: &[u8]| {
+            let p = dir.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, v).unwrap();
+        };
+        put(
+            "nvme0n1/device/model",
+            b"QEMU NVMe Ctrl                          \n",
+        );
+        put("nvme0n1/device/serial", b"blkobs0             \n");
+        put("nvme0n1/device/firmware_rev", b"7.2.22  \n");
+        put(
+            "nvme0n1/wwid",
+            b"nvme.1b36-626c6b6f627330-51454d55204e564d65204374726c-00000001\n",
+        );
+        put("nvme0n1/queue/rotational", b"0\n");
+        put("nvme0n1/queue/logical_block_size", b"512\n");
+        put("nvme0n1/queue/physical_block_size", b"512\n");
+        put(
+            "nvme0n1/queue/scheduler",
+            b"[none] mq-deadline kyber bfq \n",
+        );
+        put("nvme0n1/queue/fua", b"1\n");
+        put("sda/device/model", b"QEMU HARDDISK   \n");
+        put("sda/device/rev", b"2.5+\n");
+        put("sda/device/wwid", b"t10.ATA     QEMU HARDDISK   QM00001\n");
+        put("sda/device/vpd_pg80", b"\x00\x80\x00\x0c  blkobs-sd\0\0\0");
+        put("sda/queue/rotational", b"1\n");
+        put("sda/queue/scheduler", b"none [mq-deadline] kyber bfq\n");
+        put("vdc/serial", b"blkobs-vdc\n");
+        put("vdc/queue/logical_block_size", b"4096\n");
+        put("dm-0/queue/scheduler", b"none\n");
+        let nvme = Identity::read(&dir.join("nvme0n1"), None);
+        assert_eq!(nvme.model, "QEMU NVMe Ctrl");
+        assert_eq!(nvme.serial, "blkobs0");
+        assert_eq!(nvme.revision, "7.2.22");
+        assert!(nvme.wwid.starts_with("nvme.1b36-"));
+        assert_eq!(
+            (nvme.logical_block_size, nvme.physical_block_size),
+            (512, 512)
+        );
+        assert_eq!(nvme.scheduler, "none");
+        assert!(nvme.fua && !nvme.rotational);
+        let sda = Identity::read(&dir.join("sda"), None);
+        assert_eq!(
+            (
+                sda.model.as_str(),
+                sda.serial.as_str(),
+                sda.revision.as_str()
+            ),
+            ("QEMU HARDDISK", "blkobs-sd", "2.5+")
+        );
+        assert_eq!(sda.wwid, "t10.ATA     QEMU HARDDISK   QM00001");
+        assert_eq!(sda.scheduler, "mq-deadline");
+        assert!(sda.rotational && !sda.fua);
+        let vdc = Identity::read(&dir.join("vdc"), None);
+        assert_eq!(vdc.serial, "blkobs-vdc");
+        assert_eq!(vdc.logical_block_size, 4096);
+        assert_eq!(vdc.model, "");
+        // Seen before: the drive fields are kept (no second read), the queue's read again.
+        put("vdc/serial", b"changed\n");
+        put("vdc/queue/scheduler", b"[mq-deadline] none\n");
+        let again = Identity::read(&dir.join("vdc"), Some(&vdc));
+        assert_eq!(
+            (again.serial.as_str(), again.scheduler.as_str()),
+            ("blkobs-vdc", "mq-deadline")
+        );
+        let dm = Identity::read(&dir.join("dm-0"), None);
+        assert_eq!(
+            dm,
+            Identity {
+                scheduler: "none".into(),
+                ..Identity::default()
+            }
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn vpd_serial_takes_the_page_length() {
+        assert_eq!(vpd_serial(b"\x00\x80\x00\x04ABCDEFGH"), "ABCD");
+        assert_eq!(vpd_serial(b"\x00\x83\x00\x04ABCD"), "", "another page");
+        assert_eq!(vpd_serial(b"\x00\x80"), "");
+        assert_eq!(vpd_serial(b"\x00\x80\x00\x40AB"), "AB", "short read");
+    }
 }

@@ -23,6 +23,7 @@
 //! | `blkobs_request_errors_total` | counter | device, op, status |
 //! | `blkobs_inflight_requests` | gauge | device, stage (queue, device; total on bio-based disks) |
 //! | `blkobs_device_mapper_info` | gauge (`inflight.rs`), 1 per dm disk | device, name, uuid |
+//! | `blkobs_disk_info` | gauge (`disk.rs`), 1 per disk with media | device, model, serial, wwid, revision, rotational, logical_block_size, physical_block_size, scheduler, write_cache, fua |
 //! | `blkobs_fs_log_sectors` | gauge (`fslog.rs`) | device, fs_device, fstype, mountpoint, kind, start |
 //! | `blkobs_fs_log_status` | gauge (`fslog.rs`), 1 per filesystem | device, fs_device, fstype, mountpoint, status (found, no_journal, unreadable, no_device_node, invalid, external_log_missing, io_error) |
 //! | `blkobs_fs_log_warnings` | gauge (`fslog.rs`) | |
@@ -38,6 +39,7 @@
 pub mod bpfcost;
 mod buckets;
 mod desc;
+mod disk;
 pub mod dispatch;
 pub mod fslog;
 mod inflight;
@@ -54,13 +56,13 @@ pub use text::TextWriter;
 
 use crate::{
     bpf::loader::AttachInfo, collect::events::History, collect::snapshot::Snapshot,
-    config::DeviceFilter,
+    config::DeviceFilter, disks::DiskView,
 };
 
 /// The daemon's metric families (all but the filesystem-log ones) in the text exposition format
 /// (version 0.0.4), in a fixed order: latency histograms, per-class counters, merge analysis, errors, in-flight,
 /// stalls, self-monitoring. `buckets` are the exported bounds; `filter` limits the stall totals
-/// (the snapshot is already filtered). Written straight to text ([`TextWriter`]).
+/// (the snapshot is already filtered), `disks` names their devices. Written straight to text ([`TextWriter`]).
 pub fn render(
     w: &mut TextWriter,
     s: &Snapshot,
@@ -68,13 +70,15 @@ pub fn render(
     buckets: &BucketMap,
     info: &AttachInfo,
     filter: &DeviceFilter,
+    disks: &DiskView,
 ) {
     requests::latency(w, s, buckets);
     requests::counters(w, s);
     dispatch::families(w, s);
     requests::errors(w, s);
     inflight::families(w, s);
-    stalls::families(w, s, history, filter);
+    disk::families(w, filter, disks);
+    stalls::families(w, s, history, filter, disks);
     selfmon::families(w, s, info);
 }
 
@@ -158,9 +162,8 @@ mod tests {
     /// (written by the `prometheus` crate's object model and `TextEncoder` before the direct
     /// writer replaced them; the crate version replaced by `VERSION`). `BLKOBS_BLESS=1`
     /// rewrites the file.
-    #[test]
-    fn render_is_unchanged() {
-        let (s, h) = sample();
+    /// [`render`] of `s` and `h` with the default buckets, filter and disks.
+    fn render_sample(s: &Snapshot, h: &History) -> String {
         let info = AttachInfo {
             mode: "tp_btf",
             enter_tracepoint: "block_io_start",
@@ -168,8 +171,22 @@ mod tests {
         };
         let buckets = BucketMap::new(&crate::config::Histogram::default().buckets);
         let mut w = TextWriter::new();
-        render(&mut w, &s, &h, &buckets, &info, &DeviceFilter::default());
-        let got = w.finish().replace(
+        render(
+            &mut w,
+            s,
+            h,
+            &buckets,
+            &info,
+            &DeviceFilter::default(),
+            &DiskView::default(),
+        );
+        w.finish()
+    }
+
+    #[test]
+    fn render_is_unchanged() {
+        let (s, h) = sample();
+        let got = render_sample(&s, &h).replace(
             &format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
             "version=\"VERSION\"",
         );
@@ -197,15 +214,7 @@ mod tests {
         );
         owners.insert(("loop0".to_string(), Class(1), String::new()), (2, 0));
         s.owners = Some(owners);
-        let info = AttachInfo {
-            mode: "tp_btf",
-            enter_tracepoint: "block_io_start",
-            reaper: "request_state",
-        };
-        let buckets = BucketMap::new(&crate::config::Histogram::default().buckets);
-        let mut w = TextWriter::new();
-        render(&mut w, &s, &h, &buckets, &info, &DeviceFilter::default());
-        let text = w.finish();
+        let text = render_sample(&s, &h);
         let lines = |name: &str| -> Vec<String> {
             text.lines()
                 .filter(|l| l.starts_with(&format!("{name}{{")))

@@ -87,7 +87,7 @@ pub const CLASS_COUNTERS: [ClassCounter; 7] = [
     ClassCounter {
         desc: class_counter(
             "blkobs_lost_completions_total",
-            "Completed requests (included in blkobs_requests_total) whose completion event never reached the programs: no latency or bytes recorded.",
+            "Completed requests (included in blkobs_requests_total) whose completion event never reached the programs: no latency recorded; their bytes (the request's size) are in blkobs_bytes_total.",
         ),
         get: |t| t.lost,
         with_zeros: false,

@@ -10,7 +10,8 @@ use super::{MetricDesc, TextWriter};
 use crate::{
     collect::{events::History, snapshot::Snapshot},
     config::DeviceFilter,
-    labels::{device_name, stall_kind_name},
+    disks::DiskView,
+    labels::stall_kind_name,
 };
 
 /// Ended stall episodes per (device, kind).
@@ -51,6 +52,7 @@ fn episode_totals<'a>(
     s: &Snapshot,
     history: &History,
     filter: &DeviceFilter,
+    disks: &DiskView,
 ) -> BTreeMap<(String, &'a str), (u64, f64)> {
     let mut totals: BTreeMap<(String, &str), (u64, f64)> = BTreeMap::new();
     for dev in s.inflight.keys() {
@@ -58,7 +60,7 @@ fn episode_totals<'a>(
         totals.insert((dev.clone(), "dispatch"), (0, 0.0));
     }
     for ((dev, kind), (n, secs)) in &history.episode_totals {
-        let name = device_name(*dev);
+        let name = disks.name(*dev);
         if !filter.allows(&name) {
             continue;
         }
@@ -69,9 +71,15 @@ fn episode_totals<'a>(
     totals
 }
 
-/// The four families.
-pub fn families(w: &mut TextWriter, s: &Snapshot, history: &History, filter: &DeviceFilter) {
-    let totals = episode_totals(s, history, filter);
+/// The four families (`disks` names the devices of the episode totals).
+pub fn families(
+    w: &mut TextWriter,
+    s: &Snapshot,
+    history: &History,
+    filter: &DeviceFilter,
+    disks: &DiskView,
+) {
+    let totals = episode_totals(s, history, filter, disks);
     let mut f = w.family(&STALL_EPISODES);
     for ((dev, kind), (n, _)) in &totals {
         f.counter(&[dev, kind], *n as f64);

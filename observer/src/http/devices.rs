@@ -2,6 +2,9 @@
 //!
 //! ```json
 //! {"devices": [{"device": "loop3", "dev": "7:3", "sectors": 1433600, "write_cache": "write back",
+//!               "identity": {"model": "QEMU NVMe Ctrl", "serial": "blkobs0", "wwid": "nvme.1b36-...",
+//!                            "revision": "7.2.22", "rotational": false, "logical_block_size": 512,
+//!                            "physical_block_size": 512, "scheduler": "none", "fua": true},
 //!               "tracking": "full",
 //!               "partitions": [{"name": "loop3p1", "dev": "259:0", "start": 2048, "sectors": 65536}],
 //!               "filesystems": [{"fstype": "xfs", "mountpoint": "/mnt", "device": "loop3p1", "role": "data+log",
@@ -49,7 +52,7 @@ pub struct FsRef {
 }
 
 /// One disk: its [`BlockDisk`] fields (`device`, `dev`, `sectors`, `write_cache`, `bio_based`,
-/// `dm_name`, `slaves`, `holders`, `hidden`, `partitions`) flattened in, then its per-device
+/// `dm_name`, `slaves`, `holders`, `hidden`, `partitions`, `identity`) flattened in, then its per-device
 /// slot and what the last discovery found on it.
 #[derive(Serialize)]
 pub struct Device {
@@ -130,8 +133,9 @@ fn filesystems_on(name: &str, d: &Discovery) -> Vec<FsRef> {
     refs
 }
 
-/// The handler: the body from a scan of the disks made now, the last discovery and the
-/// per-device slots; 500 if that task fails.
+/// The handler: the body from a scan of the disks made now (which becomes the daemon's view of
+/// the disks, [`crate::disks::DiskView::rescan`]), the last discovery and the per-device
+/// slots; 500 if that task fails.
 pub async fn get_devices(State(st): State<Arc<AppState>>, _: NoParams) -> impl IntoResponse {
     let d = st.fslog.get();
     let dev_slots = st
@@ -141,7 +145,7 @@ pub async fn get_devices(State(st): State<Arc<AppState>>, _: NoParams) -> impl I
         .expect("dev slots lock")
         .table()
         .clone();
-    match tokio::task::spawn_blocking(move || body(&Inventory::scan(), d, &dev_slots)).await {
+    match tokio::task::spawn_blocking(move || body(&st.disks.rescan(), d, &dev_slots)).await {
         Ok(b) => Json(b).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -159,7 +163,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::disks::Partition;
+    use crate::disks::{Identity, Partition};
 
     /// The JSON of two disks (one with a per-device slot, partitions and a log range; one hidden,
     /// without a number, slaves and holders) and a disk without media, left out.
@@ -176,6 +180,7 @@ mod tests {
                     write_cache: "write back".into(),
                     bio_based: false,
                     dm_name: None,
+                    dm_uuid: String::new(),
                     slaves: vec![],
                     holders: vec!["dm-0".into()],
                     partitions: vec![Partition {
@@ -184,6 +189,15 @@ mod tests {
                         start: 2048,
                         sectors: 65536,
                     }],
+                    identity: Identity {
+                        model: "QEMU HARDDISK".into(),
+                        serial: "blkobs-sd".into(),
+                        rotational: true,
+                        logical_block_size: 512,
+                        physical_block_size: 4096,
+                        scheduler: "mq-deadline".into(),
+                        ..Identity::default()
+                    },
                 },
                 BlockDisk {
                     name: "dm-0".into(),
@@ -193,9 +207,11 @@ mod tests {
                     write_cache: "write through".into(),
                     bio_based: true,
                     dm_name: Some("vg0-data".into()),
+                    dm_uuid: String::new(),
                     slaves: vec!["sda".into()],
                     holders: vec![],
                     partitions: vec![],
+                    identity: Identity::default(),
                 },
                 BlockDisk {
                     name: "loop7".into(),
@@ -205,9 +221,11 @@ mod tests {
                     write_cache: String::new(),
                     bio_based: false,
                     dm_name: None,
+                    dm_uuid: String::new(),
                     slaves: vec![],
                     holders: vec![],
                     partitions: vec![],
+                    identity: Identity::default(),
                 },
             ],
         };
@@ -229,12 +247,19 @@ mod tests {
                 {"device": "sda", "dev": "8:0", "sectors": 1433600, "write_cache": "write back",
                  "bio_based": false, "dm_name": null, "slaves": [], "holders": ["dm-0"],
                  "hidden": false, "tracking": "full",
+                 "identity": {"model": "QEMU HARDDISK", "serial": "blkobs-sd", "wwid": "",
+                              "revision": "", "rotational": true, "logical_block_size": 512,
+                              "physical_block_size": 4096, "scheduler": "mq-deadline",
+                              "fua": false},
                  "partitions": [{"name": "sda1", "dev": "8:1", "start": 2048, "sectors": 65536}],
                  "filesystems": [],
                  "log_ranges": [{"start": 34816, "end": 55296, "sectors": 20480}]},
                 {"device": "dm-0", "dev": "", "sectors": 8, "write_cache": "write through",
                  "bio_based": true, "dm_name": "vg0-data", "slaves": ["sda"], "holders": [],
                  "hidden": true, "tracking": "pending", "partitions": [], "filesystems": [],
+                 "identity": {"model": "", "serial": "", "wwid": "", "revision": "",
+                              "rotational": false, "logical_block_size": 0,
+                              "physical_block_size": 0, "scheduler": "", "fua": false},
                  "log_ranges": []}
             ],
             "filesystems": [],

@@ -1,5 +1,6 @@
-//! The one table of endpoints: the router, the 404 text, the landing page and the tests
-//! (OpenAPI document, API tests) all read [`ENDPOINTS`].
+//! The one table of endpoints: the router, the 404 text, the landing page, the handlers'
+//! parameter checks ([`accepted`]) and the tests (OpenAPI document, API tests) all read
+//! [`ENDPOINTS`].
 
 use std::sync::Arc;
 
@@ -19,6 +20,9 @@ pub struct Endpoint {
     pub reads_maps: bool,
     /// Whether docs/openapi.yaml describes it (the JSON API).
     pub in_openapi: bool,
+    /// The query parameters it accepts ([`super::params`]), in the order its 400 lists them;
+    /// any other gets 400.
+    pub params: &'static [&'static str],
     /// Its handler.
     pub handler: fn() -> MethodRouter<Arc<AppState>>,
 }
@@ -30,6 +34,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         about: "this page",
         reads_maps: false,
         in_openapi: false,
+        params: &[],
         handler: || get(landing::get_landing),
     },
     Endpoint {
@@ -37,6 +42,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         about: "Prometheus metrics (text exposition format)",
         reads_maps: true,
         in_openapi: false,
+        params: &[],
         handler: || get(metrics::get_metrics),
     },
     Endpoint {
@@ -44,6 +50,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         about: "liveness: <code>ok</code> while the daemon serves",
         reads_maps: false,
         in_openapi: false,
+        params: &[],
         handler: || get(|_: params::NoParams| async { "ok\n" }),
     },
     Endpoint {
@@ -51,6 +58,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         about: "slow requests, requests stuck right now, stall episodes (text; <code>?format=json</code>)",
         reads_maps: true,
         in_openapi: true,
+        params: &["device", "since", "min", "limit", "format"],
         handler: || get(stalls::get_stalls),
     },
     Endpoint {
@@ -58,6 +66,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         about: "requests per device and class at dispatch, recent missed adjacent merges (text; <code>?format=json</code>)",
         reads_maps: true,
         in_openapi: true,
+        params: &["device", "since", "limit", "format"],
         handler: || get(merges::get_merges),
     },
     Endpoint {
@@ -65,6 +74,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         about: "every request in flight now, oldest first (JSON)",
         reads_maps: true,
         in_openapi: true,
+        params: &["device", "min", "limit"],
         handler: || get(inflight::get_inflight),
     },
     Endpoint {
@@ -72,6 +82,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         about: "latency summaries per device, class and stage (JSON)",
         reads_maps: true,
         in_openapi: true,
+        params: &["device", "since"],
         handler: || get(histograms::get_histograms),
     },
     Endpoint {
@@ -79,6 +90,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         about: "disks, their stacks, filesystems and filesystem log ranges (JSON)",
         reads_maps: true,
         in_openapi: true,
+        params: &[],
         handler: || get(devices::get_devices),
     },
     Endpoint {
@@ -86,9 +98,20 @@ pub const ENDPOINTS: &[Endpoint] = &[
         about: "the OpenAPI 3 document of the JSON endpoints",
         reads_maps: false,
         in_openapi: false,
+        params: &[],
         handler: || get(openapi::get_openapi),
     },
 ];
+
+/// The query parameters endpoint `path` accepts ([`Endpoint::params`]). Panics for a path
+/// not in [`ENDPOINTS`] (a handler naming itself wrongly: the API tests fail).
+pub fn accepted(path: &str) -> &'static [&'static str] {
+    ENDPOINTS
+        .iter()
+        .find(|e| e.path == path)
+        .unwrap_or_else(|| panic!("{path} is not in ENDPOINTS"))
+        .params
+}
 
 /// The 404 body's advice: "try /, /metrics, ...".
 pub fn not_found_text() -> String {
@@ -124,6 +147,16 @@ mod tests {
         p.dedup();
         assert_eq!(p.len(), ENDPOINTS.len());
         assert_eq!(ENDPOINTS[0].path, "/");
+    }
+
+    #[test]
+    fn accepted_parameters() {
+        assert_eq!(accepted("/inflight"), ["device", "min", "limit"]);
+        assert!(accepted("/devices").is_empty());
+        let known = ["device", "since", "min", "limit", "format"];
+        for e in ENDPOINTS {
+            assert!(e.params.iter().all(|p| known.contains(p)), "{}", e.path);
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use axum::{
     Json,
 };
 
-use super::{blocking, params::parse};
+use super::{blocking, endpoints::accepted, params::parse};
 use crate::{
     labels::CgroupNames,
     stalls::{self, Filter},
@@ -20,7 +20,7 @@ use crate::{
 /// The handler: 400 on a bad parameter, else `{"now": ..., "requests": [...]}`.
 pub async fn get_inflight(State(st): State<Arc<AppState>>, RawQuery(q): RawQuery) -> Response {
     let clock = Clock::now();
-    let p = match parse(q.as_deref(), &["device", "min", "limit"], &clock, &st.disks) {
+    let p = match parse(q.as_deref(), accepted("/inflight"), &clock, &st.disks) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -32,7 +32,14 @@ pub async fn get_inflight(State(st): State<Arc<AppState>>, RawQuery(q): RawQuery
             limit: p.limit.unwrap_or(1000),
         };
         let filter = st.runtime.read().expect("runtime lock").filter.clone();
-        stalls::inflight(&st.maps, &filter, &f, &clock, &mut CgroupNames::default())
+        stalls::inflight(
+            &st.maps,
+            &st.disks,
+            &filter,
+            &f,
+            &clock,
+            &mut CgroupNames::default(),
+        )
     })
     .await;
     Json(serde_json::json!({ "now": clock.rfc3339(clock.mono_now), "requests": list }))

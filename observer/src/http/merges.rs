@@ -12,6 +12,7 @@ use axum::{
 
 use super::{
     blocking,
+    endpoints::accepted,
     params::{parse, text_or_json, wants_json},
 };
 use crate::{
@@ -29,12 +30,7 @@ pub async fn get_merges(
     headers: HeaderMap,
 ) -> Response {
     let clock = Clock::now();
-    let p = match parse(
-        q.as_deref(),
-        &["device", "since", "limit", "format"],
-        &clock,
-        &st.disks,
-    ) {
+    let p = match parse(q.as_deref(), accepted("/merges"), &clock, &st.disks) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -44,14 +40,22 @@ pub async fn get_merges(
             let rt = st.runtime.read().expect("runtime lock");
             (rt.filter.clone(), rt.settings.merge_window_ns)
         };
-        let snap = Snapshot::read(&st.maps, &st.reaped, &filter);
+        let snap = Snapshot::read(&st.maps, &st.reaped, &filter, &st.disks);
         let (pairs, recorded) = merge_report::read_pairs(&st.maps);
         let query = MergeFilter {
             device: p.device,
             since_ns: p.since_ns,
             limit: p.limit.unwrap_or(50),
         };
-        merge_report::report(&snap, &pairs, recorded, &filter, &query, window_ns, &clock)
+        merge_report::report(
+            &snap,
+            (&pairs, recorded),
+            &filter,
+            &st.disks,
+            &query,
+            window_ns,
+            &clock,
+        )
     })
     .await;
     text_or_json(json, report, merge_report::render_text)

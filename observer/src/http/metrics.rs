@@ -21,11 +21,19 @@ use crate::{
 pub async fn get_metrics(State(st): State<Arc<AppState>>, _: NoParams) -> impl IntoResponse {
     let body = tokio::task::spawn_blocking(move || {
         let rt = st.runtime.read().expect("runtime lock").clone();
-        let snap = Snapshot::read(&st.maps, &st.reaped, &rt.filter);
+        let snap = Snapshot::read(&st.maps, &st.reaped, &rt.filter, &st.disks);
         let mut w = TextWriter::new();
         {
             let history = st.history.lock().expect("history lock");
-            exposition::render(&mut w, &snap, &history, &rt.buckets, &st.info, &rt.filter);
+            exposition::render(
+                &mut w,
+                &snap,
+                &history,
+                &rt.buckets,
+                &st.info,
+                &rt.filter,
+                &st.disks,
+            );
         }
         exposition::fslog::render_metrics(&mut w, &st.fslog.get());
         let (runs, timed) = st.program_runs();

@@ -1,8 +1,9 @@
 //! Query parameters of the endpoints, parsed and checked in one place: `device`, `since`,
-//! `min`, `limit`, `format`. Each endpoint names the ones it accepts; a parameter it does not
-//! accept, one given twice, or a bad value gets 400 with `{"error": ..., "parameter": ...}`; a
-//! `device` that is not a disk this daemon has seen gets 404 in the same form. Endpoints
-//! without parameters take [`NoParams`].
+//! `min`, `limit`, `format`. Each endpoint accepts those of its entry in the one table
+//! (`Endpoint::params`, [`super::endpoints::accepted`]); a parameter it does not accept, one
+//! given twice, or a bad value gets 400 with `{"error": ..., "parameter": ...}`; a `device`
+//! that is not a disk this daemon has seen gets 404 in the same form. Endpoints without
+//! parameters (an empty `params`) take [`NoParams`].
 
 use std::{borrow::Cow, collections::HashMap, time::Duration};
 
@@ -14,7 +15,7 @@ use axum::{
 };
 use serde::Serialize;
 
-use crate::{disks::KnownDisks, time::Clock};
+use crate::{disks::DiskView, time::Clock};
 
 /// A 400 (or 404 for an unknown device) naming the parameter at fault.
 #[derive(Debug, Serialize)]
@@ -87,7 +88,7 @@ pub fn parse(
     raw: Option<&str>,
     allowed: &[&str],
     clock: &Clock,
-    disks: &KnownDisks,
+    disks: &DiskView,
 ) -> Result<Params, ApiError> {
     let p = parse_values(&pairs(raw, allowed)?, clock)?;
     if let Some(d) = &p.device {

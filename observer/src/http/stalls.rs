@@ -12,6 +12,7 @@ use observer_common::Stage;
 
 use super::{
     blocking,
+    endpoints::accepted,
     params::{parse, text_or_json, wants_json},
 };
 use crate::{
@@ -27,12 +28,7 @@ pub async fn get_stalls(
     headers: HeaderMap,
 ) -> Response {
     let clock = Clock::now();
-    let p = match parse(
-        q.as_deref(),
-        &["device", "since", "min", "limit", "format"],
-        &clock,
-        &st.disks,
-    ) {
+    let p = match parse(q.as_deref(), accepted("/stalls"), &clock, &st.disks) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -52,6 +48,7 @@ pub async fn get_stalls(
             maps: &st.maps,
             history: &history,
             filter: &filter,
+            disks: &st.disks,
             query: &query,
             stall_ns: settings.stall_ns,
             slow_total_ns,

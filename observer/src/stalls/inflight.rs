@@ -11,17 +11,19 @@ use crate::{
         maps::KernelMaps,
     },
     config::DeviceFilter,
-    labels::{bio_based, comm, device_name, CgroupNames, ClassInfo},
+    disks::DiskView,
+    labels::{comm, CgroupNames, ClassInfo},
     time::Clock,
 };
 
-/// The live requests of `INFLIGHT`, and the bios of `BIO_QUEUED` that have no request yet
+/// The live requests of `INFLIGHT` (disks named and typed by `disks`), and the bios of `BIO_QUEUED` that have no request yet
 /// (stage `queue` since their entry: sleeping for a tag, or throttled), on devices
 /// `filter` allows and `f` selects (`device`, `min_ns` as a minimum age, `limit`), oldest
 /// first, with stage, age and submitter, the upper I/O each serves and the I/Os below that
 /// hold each (`UPPER`, observer-ebpf inherit.rs; at most [`MAX_DEPTH`] levels down).
 pub fn inflight(
     maps: &KernelMaps,
+    disks: &DiskView,
     filter: &DeviceFilter,
     f: &Filter,
     clock: &Clock,
@@ -70,6 +72,7 @@ pub fn inflight(
         below: &below,
         clock,
         cg,
+        disks,
         bio_based: BTreeMap::new(),
         names: HashMap::new(),
     };
@@ -112,6 +115,7 @@ struct View<'a> {
     below: &'a HashMap<u32, Vec<(u64, usize)>>,
     clock: &'a Clock,
     cg: &'a mut CgroupNames,
+    disks: &'a DiskView,
     bio_based: BTreeMap<u32, bool>,
     names: HashMap<u32, String>,
 }
@@ -120,7 +124,7 @@ impl View<'_> {
     fn name(&mut self, dev: u32) -> String {
         self.names
             .entry(dev)
-            .or_insert_with(|| device_name(dev))
+            .or_insert_with(|| self.disks.name(dev))
             .clone()
     }
 
@@ -151,7 +155,7 @@ impl View<'_> {
         let bio = *self
             .bio_based
             .entry(e.dev)
-            .or_insert_with(|| bio_based(e.dev));
+            .or_insert_with(|| self.disks.bio_based(e.dev));
         let held_by = if depth < MAX_DEPTH {
             self.serving(i)
                 .into_iter()

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use observer_common::{
     class::Op,
     maps::{Inflight, SlowEvent, StallEvent, STALL_DEVICE},
+    stage::latency,
 };
 
 use super::{
@@ -16,10 +17,8 @@ use crate::{
     bpf::{batch::read_inflight, maps::KernelMaps},
     collect::events::History,
     config::DeviceFilter,
-    labels::{
-        bio_based, comm, device_mapper_name, device_name, stall_kind_name, status_name,
-        CgroupNames, ClassInfo,
-    },
+    disks::DiskView,
+    labels::{comm, stall_kind_name, status_name, CgroupNames, ClassInfo},
     time::Clock,
 };
 
@@ -31,6 +30,8 @@ pub struct ReportInput<'a> {
     pub history: &'a History,
     /// The configured device filter (`[devices]`).
     pub filter: &'a DeviceFilter,
+    /// The disks (device names, bio-based, dm names).
+    pub disks: &'a DiskView,
     /// The query's filter.
     pub query: &'a Filter,
     /// The stall episode threshold (ns).
@@ -66,7 +67,7 @@ pub fn report(input: &ReportInput) -> StallReport {
         .map(|r| &r.device)
         .chain(episodes.iter().map(|e| &e.device))
         .chain(slow.iter().map(|s| &s.device))
-        .filter_map(|d| Some((d.clone(), device_mapper_name(d)?.0)))
+        .filter_map(|d| Some((d.clone(), input.disks.device_mapper(d)?.0)))
         .collect();
     StallReport {
         now: clock.rfc3339(clock.mono_now),
@@ -85,7 +86,7 @@ fn stuck(input: &ReportInput, clock: &Clock, cg: &mut CgroupNames) -> Vec<Inflig
         limit: usize::MAX,
         ..f.clone()
     };
-    let mut stuck = inflight(input.maps, input.filter, &all, clock, cg);
+    let mut stuck = inflight(input.maps, input.disks, input.filter, &all, clock, cg);
     stuck.retain(|r| {
         let op = Op::ALL
             .iter()
@@ -111,14 +112,14 @@ fn ongoing_episodes(input: &ReportInput, entries: &[Inflight], clock: &Clock) ->
         by_dev.entry(e.dev).or_default().push(e);
     }
     for (dev, reqs) in by_dev {
-        let name = device_name(dev);
+        let name = input.disks.name(dev);
         if !input.device_ok(&name) {
             continue;
         }
         let ds = input.maps.devstate_of(dev).unwrap_or_default();
         // A bio-based disk's bios (dm, md) are at the device from their entry: nothing is
         // dispatched there (the programs end its device stalls at each bio completion).
-        let bio = bio_based(dev);
+        let bio = input.disks.bio_based(dev);
         let at_device: Vec<&Inflight> = reqs
             .iter()
             .copied()
@@ -195,7 +196,7 @@ fn spans(s: &SlowEvent, ev: &StallEvent) -> bool {
 fn ended_episodes(input: &ReportInput, clock: &Clock, episodes: &mut Vec<Episode>) {
     let (f, history) = (input.query, input.history);
     for ev in history.episodes().iter().rev() {
-        let name = device_name(ev.dev);
+        let name = input.disks.name(ev.dev);
         let len = ev.end_ns - ev.start_ns;
         if !input.device_ok(&name)
             || f.since_ns.is_some_and(|s| ev.end_ns < s)
@@ -232,11 +233,11 @@ fn slow_requests(input: &ReportInput, clock: &Clock, cg: &mut CgroupNames) -> Ve
         if f.since_ns.is_some_and(|s| ev.complete_ns < s) {
             break;
         }
-        let name = device_name(ev.dev);
+        let name = input.disks.name(ev.dev);
         if !input.device_ok(&name) {
             continue;
         }
-        let r = slow_request(ev, name, clock, cg);
+        let r = slow_request(ev, name, input.disks.bio_based(ev.dev), clock, cg);
         if f.min_ns.is_some_and(|m| r.total_seconds * 1e9 < m as f64) {
             continue;
         }
@@ -248,20 +249,17 @@ fn slow_requests(input: &ReportInput, clock: &Clock, cg: &mut CgroupNames) -> Ve
     slow
 }
 
-/// One slow-request record as the API shows it.
+/// One slow-request record as the API shows it (`bio_based`: of a bio-based disk).
 fn slow_request(
     ev: &SlowEvent,
     device: String,
+    bio_based: bool,
     clock: &Clock,
     cg: &mut CgroupNames,
 ) -> SlowRequest {
     let e = &ev.req;
-    let start = e.start_ns();
-    let queue_end = if e.dispatch_ns != 0 {
-        e.dispatch_ns
-    } else {
-        ev.complete_ns
-    };
+    // As the programs took them (observer_common::stage): a stage it did not go through is none.
+    let lat = latency(e.enter_ns, e.dispatch_ns, ev.complete_ns);
     SlowRequest {
         time: clock.rfc3339(ev.complete_ns),
         device,
@@ -269,11 +267,9 @@ fn slow_request(
         sector: e.sector,
         bytes: e.bytes,
         // A bio of a bio-based disk (dm, md) has its total only.
-        queue_seconds: (e.enter_ns != 0 && !bio_based(ev.dev))
-            .then(|| (queue_end - e.enter_ns) as f64 * 1e-9),
-        device_seconds: (e.dispatch_ns != 0)
-            .then(|| (ev.complete_ns - e.dispatch_ns) as f64 * 1e-9),
-        total_seconds: (ev.complete_ns - start) as f64 * 1e-9,
+        queue_seconds: (e.enter_ns != 0 && !bio_based).then_some(lat.queue as f64 * 1e-9),
+        device_seconds: (e.dispatch_ns != 0).then_some(lat.device as f64 * 1e-9),
+        total_seconds: lat.total as f64 * 1e-9,
         merges: ev.merges,
         requeues: e.requeues,
         status: status_name(ev.status as u8),

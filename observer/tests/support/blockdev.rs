@@ -164,12 +164,7 @@ impl LoopDev {
 
     /// The kernel's `MKDEV(major, minor)` of this (whole) device, as tracepoints report it.
     pub fn kdev(&self) -> u32 {
-        let (maj, min) = self
-            .sysfs("dev")
-            .split_once(':')
-            .map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap()))
-            .unwrap();
-        (maj << 20) | min
+        super::kdev_of(&self.sysfs("dev"))
     }
 
     /// Writes `count` 4 KiB blocks with O_DIRECT at `seek_blocks` (real requests on the device).

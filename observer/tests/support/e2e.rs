@@ -1,5 +1,6 @@
-//! The kernel matrix's end-to-end checks on one disk (`tests/matrix.rs` on loop and null_blk
-//! devices, `tests/drivers.rs` on the guests' NVMe, virtio-blk and virtio-scsi disks): a
+//! The end-to-end checks on one disk, once (`tests/matrix.rs` on loop and null_blk devices,
+//! `tests/drivers.rs` on the guests' NVMe, virtio-blk and virtio-scsi disks, `tests/kernel.rs`
+//! on loop devices with more load and checks of its own on the returned scrapes): a
 //! filesystem with an fsync-heavy load plus fio mixed direct I/O, buffered reads, delete +
 //! fstrim, then against the kernel's /proc/diskstats: exact completed requests per op, 0
 //! untracked and (in the VMs) 0 lost completions, the filesystem log found and its writes
@@ -8,8 +9,8 @@
 use std::time::Duration;
 
 use super::{
-    diskstats, fio, fsync_files, labels, quiesce, ranges, sh, wait_for, Daemon, DiskStats, Metrics,
-    Mount, Pid1Completions,
+    diskstats, fio, fsync_files, labels, quiesce, ranges, sh, wait_for, Daemon, DiskStats, LoopDev,
+    Metrics, Mount, NullBlk, Pid1Completions,
 };
 
 /// The ops of `blkobs_requests_total`.
@@ -28,8 +29,8 @@ pub fn mkfs(fs: &str) -> Vec<&'static str> {
     }
 }
 
-/// What [`end_to_end_on`] measured: deltas over the run, in requests.
-#[derive(Clone, Copy, Debug, Default)]
+/// What [`end_to_end_on`] measured: deltas over the run, in requests, and the scrapes and
+/// diskstats around it for checks of the caller's own.
 pub struct E2e {
     /// Completed reads, writes (+ write_zeroes), discards, flushes counted by the observer
     /// (= the /proc/diskstats deltas, asserted).
@@ -45,6 +46,12 @@ pub struct E2e {
     /// delta): 0 asserted (lost: in the VMs; on the host those in PID 1's context allowed).
     pub lost: f64,
     pub untracked: f64,
+    /// The scrapes and the disk's /proc/diskstats before the filesystem was made and after
+    /// the reaper's wait.
+    pub before: Metrics,
+    pub after: Metrics,
+    pub d0: DiskStats,
+    pub d1: DiskStats,
 }
 
 /// The end-to-end run on disk `n` (its whole disk, `/dev/<n>`; `kdev` = `MKDEV(maj, min)` as
@@ -52,6 +59,19 @@ pub struct E2e {
 /// what was there), runs the load, unmounts, asserts (see the module docs) and returns the
 /// numbers. `tag` prefixes every message.
 pub fn end_to_end_on(daemon: &Daemon, tag: &str, n: &str, kdev: u32, fs: &str) -> E2e {
+    end_to_end_with(daemon, tag, n, kdev, fs, |_| {})
+}
+
+/// [`end_to_end_on`] with `more` load in the mounted filesystem's directory, after the
+/// fsyncs and random I/O.
+pub fn end_to_end_with(
+    daemon: &Daemon,
+    tag: &str,
+    n: &str,
+    kdev: u32,
+    fs: &str,
+    more: impl FnOnce(&std::path::Path),
+) -> E2e {
     let tag = format!("{tag} {n}");
     quiesce(n);
     let before = daemon.scrape();
@@ -65,6 +85,7 @@ pub fn end_to_end_on(daemon: &Daemon, tag: &str, n: &str, kdev: u32, fs: &str) -
     });
     assert!(log_found.is_some(), "{tag} no log range found for {fs}");
     fsyncs_and_randrw(&m.dir);
+    more(&m.dir);
     let dir = format!("--directory={}", m.dir.display());
     fio(&[
         "--name=seq",
@@ -138,6 +159,27 @@ pub fn end_to_end_on(daemon: &Daemon, tag: &str, n: &str, kdev: u32, fs: &str) -
         "{tag} reads, writes, discards, flushes vs /proc/diskstats"
     );
     assert_eq!(ours("other"), 0.0, "{tag} other ops");
+    // Bytes by op equal the kernel's sectors × 512 (both add the bytes each completion
+    // reports; a lost completion, host only in PID 1's context, adds its request's size).
+    let bytes = |op: &str| {
+        after.sum("blkobs_bytes_total", &[("device", n), ("op", op)])
+            - before.sum("blkobs_bytes_total", &[("device", n), ("op", op)])
+    };
+    let ours_bytes = (
+        bytes("read"),
+        bytes("write") + bytes("write_zeroes"),
+        bytes("discard"),
+    );
+    let kernel_bytes = (
+        delta(|s| s.read_sectors) * 512.0,
+        delta(|s| s.write_sectors) * 512.0,
+        delta(|s| s.discard_sectors) * 512.0,
+    );
+    eprintln!("{tag} bytes read/written/discarded: observer {ours_bytes:?}, diskstats sectors × 512 {kernel_bytes:?}");
+    assert_eq!(
+        ours_bytes, kernel_bytes,
+        "{tag} bytes read, written, discarded vs /proc/diskstats sectors × 512 ({lost} lost)"
+    );
     assert!(
         r > 100.0 && w > 100.0 && f >= FSYNCS as f64 / 2.0,
         "{tag} workload too small to prove anything"
@@ -200,6 +242,10 @@ pub fn end_to_end_on(daemon: &Daemon, tag: &str, n: &str, kdev: u32, fs: &str) -
         preflush,
         lost,
         untracked,
+        before,
+        after,
+        d0,
+        d1,
     }
 }
 
@@ -246,4 +292,90 @@ pub fn check_classes(after: &Metrics, tag: &str, n: &str) {
 pub fn kdev_of(dev: &str) -> u32 {
     let (maj, min) = dev.trim().split_once(':').expect("MAJ:MIN");
     (maj.parse::<u32>().unwrap() << 20) | min.parse::<u32>().unwrap()
+}
+
+/// The device under test: a loop device over a file in /dev/shm, or, where loop devices take
+/// no I/O scheduler (5.10: loop's tag set is BLK_MQ_F_NO_SCHED), a memory-backed null_blk
+/// device with a volatile write cache (it supports FUA, so no post-flush there).
+pub enum TestDev {
+    Loop(LoopDev),
+    Null(NullBlk),
+}
+
+impl TestDev {
+    pub fn new(size_mib: u64, scheduler: &str) -> TestDev {
+        let l = LoopDev::new(size_mib, scheduler);
+        if l.sysfs("queue/scheduler")
+            .contains(&format!("[{scheduler}]"))
+        {
+            return TestDev::Loop(l);
+        }
+        eprintln!(
+            "loop devices take no {scheduler} on this kernel ({}): using null_blk",
+            l.sysfs("queue/scheduler")
+        );
+        drop(l);
+        TestDev::Null(NullBlk::new(size_mib, scheduler))
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            TestDev::Loop(l) => &l.name,
+            TestDev::Null(n) => &n.name,
+        }
+    }
+
+    pub fn sysfs(&self, attr: &str) -> String {
+        match self {
+            TestDev::Loop(l) => l.sysfs(attr),
+            TestDev::Null(n) => n.sysfs(attr),
+        }
+    }
+
+    /// `MKDEV(major, minor)`, as tracepoints report it.
+    pub fn kdev(&self) -> u32 {
+        kdev_of(&self.sysfs("dev"))
+    }
+}
+
+/// The end-to-end runs' setup (tests/matrix.rs, tests/kernel.rs): the daemon attached as
+/// `attach` (`tp_btf`, or `raw_tp` forced with `OBSERVER_ATTACH`), its `blkobs_build_info`
+/// with `attach` and the `build_info` labels asserted 1; then a [`TestDev`] of `size_mib` with
+/// `scheduler`, asserted to have a volatile write cache and that scheduler. `tag` prefixes the
+/// messages.
+pub fn e2e_setup(
+    tag: &str,
+    attach: &str,
+    build_info: &[(&str, &str)],
+    size_mib: u64,
+    scheduler: &str,
+) -> (Daemon, TestDev) {
+    let env: &[(&str, &str)] = if attach == "raw_tp" {
+        &[("OBSERVER_ATTACH", "raw_tp")]
+    } else {
+        &[]
+    };
+    let daemon = Daemon::start_env(&[], env);
+    let info = daemon.scrape();
+    let mut want = vec![("attach", attach)];
+    want.extend_from_slice(build_info);
+    assert_eq!(
+        info.sum("blkobs_build_info", &want),
+        1.0,
+        "{tag} build_info: {:?}",
+        info.select("blkobs_build_info", &[]).collect::<Vec<_>>()
+    );
+    let dev = TestDev::new(size_mib, scheduler);
+    let named = format!("{tag} {}", dev.name());
+    assert_eq!(
+        dev.sysfs("queue/write_cache"),
+        "write back",
+        "{named} the device has a volatile write cache"
+    );
+    assert!(
+        dev.sysfs("queue/scheduler")
+            .contains(&format!("[{scheduler}]")),
+        "{named} scheduler"
+    );
+    (daemon, dev)
 }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{
-    ensure_tracefs, quiesce, require_root, sh, skip, which, Daemon, IoStart, IoTrace, LoopDev,
-    Metrics,
+    ensure_tracefs, mono_ns, quiesce, require_root, sh, skip, which, Daemon, Ftrace, FtraceSpec,
+    IoStart, LoopDev, Metrics, TRACE_PRINT_NS,
 };
 
 /// require_root plus what these tests need beyond it: tracefs and the witnesses' tools.
@@ -142,26 +142,68 @@ pub fn writes(m: &Metrics, dev: &str, log: &str) -> f64 {
     )
 }
 
+fn untracked_writes(m: &Metrics, dev: &str) -> f64 {
+    m.sum(
+        "blkobs_untracked_completions_total",
+        &[("device", dev), ("op", "write")],
+    )
+}
+
 /// What the ftrace witness and the daemon saw on one disk during a workload.
 pub struct Seen {
+    /// Writes that entered the disk (`block_io_start`) at a time when the daemon must count
+    /// them between its two scrapes, inside the log ranges / outside them (first sector).
     pub traced_in: usize,
     pub traced_out: usize,
+    /// Writes that entered while a scrape's bracket ran (the last quiescing before it, then the
+    /// scrape): the daemon may count each or not.
+    pub edge_in: usize,
+    pub edge_out: usize,
     pub log_true: f64,
     pub log_false: f64,
+    /// The disk's writes completed without an entry (`blkobs_untracked_completions_total`,
+    /// delta): traced at `block_io_start`, but the entry program did not run for them (on the
+    /// development host's kernel, none runs in PID 1's threads: README, "Lost completions").
+    pub untracked: f64,
+    /// Every `block_io_start` of the disk while the witness recorded.
     pub events: Vec<IoStart>,
 }
 
-/// Runs `work` while tracing `block_io_start` on each disk; returns per-disk counts of writes
-/// inside / outside `ranges` (whole-disk sectors) next to the daemon's `log` label counts.
+/// Runs `work` between two scrapes of the daemon while ftrace records `block_io_start` (mono
+/// clock) on each disk; returns per-disk counts of the writes the daemon must have counted
+/// between the scrapes, inside / outside `ranges` (whole-disk sectors), next to its `log`
+/// label deltas.
+///
+/// Recording starts before the first scrape and ends after the second, on the clock of
+/// CLOCK_MONOTONIC reads around them. Each scrape follows a quiescing (nothing in flight in
+/// /proc/diskstats for 100 ms): a write that entered before the first quiescing began completed
+/// before the first scrape, and one that entered between the first scrape and the last
+/// quiescing completed before the second. A write that entered during a quiescing-and-scrape
+/// bracket is an edge, counted or not. (Counting only writes traced after the first scrape, the
+/// recording started a few ms late: 801 counted vs 800 traced in CI once.)
 pub fn witness(d: &Daemon, disks: &[(&LoopDev, &[(u64, u64)])], work: impl FnOnce()) -> Vec<Seen> {
-    for (dev, _) in disks {
-        quiesce(&dev.name);
-    }
-    let before = d.scrape();
-    let traces: Vec<IoTrace> = disks
-        .iter()
-        .map(|(dev, _)| IoTrace::start(dev.kdev()))
-        .collect();
+    let kdevs: Vec<u32> = disks.iter().map(|(dev, _)| dev.kdev()).collect();
+    let trace = Ftrace::start(
+        "fslog",
+        FtraceSpec {
+            events: &["block_io_start"],
+            kdevs: &kdevs,
+            mono: true,
+            ..Default::default()
+        },
+    );
+    // ftrace's `trace` file prints µs (times truncated, [`TraceEvent::printed_window`]): a
+    // write that entered in a bracket may be printed up to 1 µs before it, so each bracket
+    // starts 1 µs early.
+    let quiesced_scrape = || {
+        let t0 = mono_ns().saturating_sub(TRACE_PRINT_NS);
+        for (dev, _) in disks {
+            quiesce(&dev.name);
+        }
+        let m = d.scrape();
+        (t0..=mono_ns(), m)
+    };
+    let (first, before) = quiesced_scrape();
     work();
     sh("sync", &[]);
     for (dev, _) in disks {
@@ -170,49 +212,78 @@ pub fn witness(d: &Daemon, disks: &[(&LoopDev, &[(u64, u64)])], work: impl FnOnc
     // Let the reaper retire requests whose completion never reached the programs; whatever
     // the kernel writes meanwhile is both traced and counted.
     std::thread::sleep(Duration::from_millis(1500));
-    for (dev, _) in disks {
-        quiesce(&dev.name);
-    }
-    let events: Vec<Vec<IoStart>> = traces.iter().map(|t| t.stop()).collect();
-    let after = d.scrape();
+    let (last, after) = quiesced_scrape();
+    let events = trace.stop();
     disks
         .iter()
-        .zip(events)
-        .map(|((dev, rs), ev)| {
-            let w: Vec<&IoStart> = ev.iter().filter(|e| e.rwbs.contains('W')).collect();
-            let inside = |e: &&&IoStart| in_ranges(rs, e.sector);
-            let traced_in = w.iter().filter(inside).count();
+        .map(|(dev, rs)| {
+            let starts: Vec<IoStart> = events
+                .iter()
+                .filter(|e| e.kdev == dev.kdev())
+                .map(IoStart::from)
+                .collect();
+            let mut n = [[0usize; 2]; 2]; // [edge?][inside?]
+            for (e, t) in starts
+                .iter()
+                .zip(events.iter().filter(|e| e.kdev == dev.kdev()))
+            {
+                let t = t.t_ns;
+                let edge = first.contains(&t) || last.contains(&t);
+                if e.rwbs.contains('W') && (edge || (*first.end() < t && t < *last.start())) {
+                    n[edge as usize][in_ranges(rs, e.sector) as usize] += 1;
+                }
+            }
             let seen = Seen {
-                traced_in,
-                traced_out: w.len() - traced_in,
+                traced_in: n[0][1],
+                traced_out: n[0][0],
+                edge_in: n[1][1],
+                edge_out: n[1][0],
                 log_true: writes(&after, &dev.name, "true") - writes(&before, &dev.name, "true"),
                 log_false: writes(&after, &dev.name, "false") - writes(&before, &dev.name, "false"),
-                events: ev,
+                untracked: untracked_writes(&after, &dev.name)
+                    - untracked_writes(&before, &dev.name),
+                events: starts,
             };
             eprintln!(
-                "{}: traced writes in log {} / outside {}; daemon log=true {} / log=false {}",
-                dev.name, seen.traced_in, seen.traced_out, seen.log_true, seen.log_false
+                "{}: traced writes in log {} (+{} at a scrape's edge) / outside {} (+{}); \
+                 daemon log=true {} / log=false {} (untracked {})",
+                dev.name,
+                seen.traced_in,
+                seen.edge_in,
+                seen.traced_out,
+                seen.edge_out,
+                seen.log_true,
+                seen.log_false,
+                seen.untracked
             );
             seen
         })
         .collect()
 }
 
-/// The daemon's counts equal the witness's (a tracepoint event that never reached the programs,
-/// about 1 in 10^4 here, is allowed for).
+/// The daemon's counts equal the witness's exactly, but for writes that entered at a scrape's
+/// edge (each counted or not) and writes it never had an entry for (untracked: each can be
+/// missing from either label's count).
 pub fn assert_classified(s: &Seen, what: &str) {
-    let close = |a: f64, b: usize| (a - b as f64).abs() <= (b as f64 * 0.002).max(1.0);
+    // How far each label's count lies outside [traced, traced + edge].
+    let outside = |got: f64, traced: usize, edge: usize| {
+        (traced as f64 - got)
+            .max(got - (traced + edge) as f64)
+            .max(0.0)
+    };
+    let off = outside(s.log_true, s.traced_in, s.edge_in)
+        + outside(s.log_false, s.traced_out, s.edge_out);
     assert!(
-        close(s.log_true, s.traced_in),
-        "{what}: log=\"true\" writes {} vs {} traced inside the log",
+        off <= s.untracked,
+        "{what}: log=\"true\" writes {} vs {} (+{} at a scrape's edge) traced inside the log, \
+         log=\"false\" {} vs {} (+{}) outside ({} untracked)",
         s.log_true,
-        s.traced_in
-    );
-    assert!(
-        close(s.log_false, s.traced_out),
-        "{what}: log=\"false\" writes {} vs {} traced outside the log",
+        s.traced_in,
+        s.edge_in,
         s.log_false,
-        s.traced_out
+        s.traced_out,
+        s.edge_out,
+        s.untracked
     );
 }
 

@@ -3,9 +3,71 @@
 //! Every test's trace (requests dispatched, bios queued and split, completions in PID 1's
 //! context, requeues, ...) is one of these.
 
-use std::path::PathBuf;
+use std::{
+    ops::Range,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
-use super::{ensure_tracefs, read_trace, unique};
+use super::unique;
+
+/// The `trace` file prints times in µs, truncated: an event printed at `t` happened in
+/// [`printed_window`]`(t)`, up to this much later.
+pub const TRACE_PRINT_NS: u64 = 1_000;
+
+/// When an event printed at `t_ns` happened: `t_ns..t_ns + TRACE_PRINT_NS` (ftrace's `trace`
+/// file prints µs, truncated).
+pub fn printed_window(t_ns: u64) -> Range<u64> {
+    t_ns..t_ns + TRACE_PRINT_NS
+}
+
+/// CLOCK_MONOTONIC now (ns): the clock of a `mono` ftrace instance.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `ts`.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
+        0
+    );
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Mounts tracefs at /sys/kernel/tracing when it is not mounted yet (a fresh machine), so the
+/// ftrace witness is available. Left mounted: it is the kernel's standard location.
+pub fn ensure_tracefs() {
+    let t = Path::new("/sys/kernel/tracing");
+    if t.join("instances").is_dir() {
+        return;
+    }
+    let _ = Command::new("mount")
+        .args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"])
+        .status();
+    if !t.join("instances").is_dir() {
+        eprintln!("could not mount tracefs at /sys/kernel/tracing");
+    }
+}
+
+/// The `trace` file of an ftrace instance directory; panics if the buffer overflowed (the
+/// witness would be incomplete).
+pub fn read_trace(instance: &Path) -> String {
+    let text = std::fs::read_to_string(instance.join("trace")).unwrap();
+    let counts = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# entries-in-buffer/entries-written: "))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|r| r.split_once('/'))
+        .map(|(a, b)| (a.to_string(), b.to_string()));
+    if let Some((kept, written)) = counts {
+        assert_eq!(
+            kept, written,
+            "trace buffer overflowed: the witness is incomplete"
+        );
+    }
+    text
+}
 
 /// A private ftrace instance; its events are disabled and the instance removed on drop (also
 /// when the test fails).
@@ -19,7 +81,9 @@ pub struct Ftrace {
 pub struct TraceEvent {
     /// The event's name (`block_rq_issue`).
     pub event: &'static str,
-    /// Its timestamp (ns of the instance's clock: `mono` = CLOCK_MONOTONIC when asked for).
+    /// Its timestamp (ns of the instance's clock: `mono` = CLOCK_MONOTONIC when asked for),
+    /// as the `trace` file prints it: in µs, truncated (the last three digits are 0; when it
+    /// happened: [`TraceEvent::printed_window`]).
     pub t_ns: u64,
     /// The disk, `MKDEV(major, minor)` as the event's `dev` field.
     pub kdev: u32,
@@ -29,6 +93,11 @@ pub struct TraceEvent {
 }
 
 impl TraceEvent {
+    /// When it happened ([`printed_window`] of its printed time).
+    pub fn printed_window(&self) -> Range<u64> {
+        printed_window(self.t_ns)
+    }
+
     /// The rwbs string (blk_fill_rwbs), the first field of every `block` event.
     pub fn rwbs(&self) -> &str {
         self.fields.first().map_or("", String::as_str)

@@ -13,6 +13,51 @@ pub struct Sample {
 /// A parsed scrape, flattened to samples (histograms as _bucket/_sum/_count).
 pub struct Metrics(pub Vec<Sample>);
 
+/// Whether `name` (or the family it is a histogram series of) is one the daemon can export:
+/// not ours (no `blkobs_` prefix), or a `"blkobs_..."` string literal in observer/src, read once.
+pub fn declared(name: &str) -> bool {
+    static NAMES: std::sync::OnceLock<BTreeSet<String>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let mut names = BTreeSet::new();
+        let mut dirs = vec![std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src"
+        ))];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d)
+                .expect("reading observer/src")
+                .flatten()
+            {
+                let p = e.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    for part in text.split("\"blkobs_").skip(1) {
+                        let n: String = part
+                            .chars()
+                            .take_while(|c| {
+                                c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_'
+                            })
+                            .collect();
+                        if part[n.len()..].starts_with('"') {
+                            names.insert(format!("blkobs_{n}"));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(!names.is_empty(), "no metric names found in observer/src");
+        names
+    });
+    if !name.starts_with("blkobs_") || names.contains(name) {
+        return true;
+    }
+    ["_bucket", "_sum", "_count"]
+        .iter()
+        .any(|s| name.strip_suffix(s).is_some_and(|f| names.contains(f)))
+}
+
 /// A latency class: the labels of a latency series other than `stage` (device, op, flags...).
 pub type Class = Vec<(String, String)>;
 
@@ -64,11 +109,20 @@ impl Metrics {
         self.select(name, want).map(|s| s.value).sum()
     }
 
+    /// The samples named `name` whose labels include all of `want`. Panics if `name` is one of
+    /// ours (`blkobs_`) and no family of that name (or of which it is a `_bucket`, `_sum` or
+    /// `_count` series) is declared in observer/src: an absent series then means a renamed
+    /// metric, not a zero ([`declared`]).
     pub fn select<'a>(
         &'a self,
         name: &'a str,
         want: &'a [(&'a str, &'a str)],
     ) -> impl Iterator<Item = &'a Sample> + 'a {
+        assert!(
+            declared(name),
+            "no metric family {name:?} is declared in observer/src (a `\"blkobs_...\"` string \
+             there): renamed? A sum over it would be 0 whatever the daemon counts"
+        );
         self.0.iter().filter(move |s| {
             s.name == name
                 && want

@@ -6,7 +6,8 @@
 //! - `process`: tools, commands, child guards, HTTP, polling, temp dirs, BPF ids.
 //! - `daemon`: the observer daemon fixture, its `/devices` answers and its slow records
 //!   (`slow_records`, `slow_where`).
-//! - `e2e`: the kernel matrix's end-to-end checks on one disk against /proc/diskstats.
+//! - `e2e`: the kernel matrix's end-to-end checks on one disk against /proc/diskstats, and
+//!   their setup (`e2e_setup`: daemon and build info, the disk under test `TestDev`; `kdev_of`).
 //! - `guest`: the kernel-matrix guests' qemu disks, found by serial; queue attributes set
 //!   and restored.
 //! - `blockdev`: loop devices (plain, partitioned, over a file) and null_blk; udev's device
@@ -14,11 +15,13 @@
 //! - `cgroup`: cgroup v2 groups to run writers in, their `io.stat`, controllers enabled.
 //! - `mounts`: filesystems made and mounted.
 //! - `metrics`: the exposition parsed into samples.
+//! - `ftrace`: a private ftrace instance and its records (tracefs mounted, the `trace` file
+//!   read, times as printed: `printed_window`), CLOCK_MONOTONIC (`mono_ns`).
 //! - `witness`: /proc/diskstats and the ftrace witnesses (`block_io_start`, counts of one
 //!   block event).
 //! - `fslog_witness`: the filesystem log witnesses (xfs_db, dumpe2fs/debugfs) and classification.
 //! - `slowfs`: a FUSE-backed disk with injected delays, and a write held on it until released
-//!   (`SlowDisk::hold_write`).
+//!   (`SlowDisk::hold_write`; `hold_write_until` the writers are where the test wants them).
 //! - `sysctl`: a kernel sysctl set for a test and restored.
 //! - `tls`: a throw-away PKI (rcgen), web config files, `curl` as the TLS client.
 //!

@@ -145,6 +145,7 @@ impl ChildGuard {
     /// Sends a signal, unless the process has already been reaped (its pid may be reused).
     pub fn signal(&mut self, sig: i32) {
         if self.running() {
+            // SAFETY: kill(2) takes no memory; the child is not reaped (checked above).
             unsafe {
                 libc::kill(self.pid() as i32, sig);
             }

@@ -284,15 +284,41 @@ impl SlowDisk {
     /// not within 10 s. Returns what `submit` returned (the writer, to wait for after
     /// [`Knobs::release`]).
     pub fn hold_write<T>(&self, submit: impl FnOnce() -> T) -> T {
+        self.hold_write_until(
+            submit,
+            Duration::from_millis(10),
+            Duration::from_secs(10),
+            |_| Ok(()),
+        )
+    }
+
+    /// Holds the next write that reaches the FUSE file, runs `submit` (which starts the
+    /// writers) and waits until the file holds that write and `ready` (called every `every`
+    /// with what `submit` returned) says the writers are where the test wants them; panics
+    /// after `timeout` with `ready`'s last complaint. Returns what `submit` returned.
+    pub fn hold_write_until<T>(
+        &self,
+        submit: impl FnOnce() -> T,
+        every: Duration,
+        timeout: Duration,
+        mut ready: impl FnMut(&T) -> Result<(), String>,
+    ) -> T {
         self.knobs().hold_next_write();
-        let writer = submit();
-        assert!(
-            wait_every(Duration::from_millis(10), Duration::from_secs(10), || {
-                self.knobs().holding()
-            }),
-            "the FUSE file never held the write"
-        );
-        writer
+        let writers = submit();
+        let mut why = String::new();
+        let done = wait_every(every, timeout, || match ready(&writers) {
+            Ok(()) if self.knobs().holding() => true,
+            Ok(()) => {
+                why = "the FUSE file never held the write".into();
+                false
+            }
+            Err(e) => {
+                why = e;
+                false
+            }
+        });
+        assert!(done, "{why}");
+        writers
     }
 }
 

@@ -1,13 +1,9 @@
 //! The kernel's own witnesses of block I/O: /proc/diskstats and an ftrace instance recording
 //! `block_io_start`.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-use super::{Daemon, Ftrace, FtraceSpec, LoopDev, Metrics};
+use super::{Daemon, Ftrace, FtraceSpec, LoopDev, Metrics, TraceEvent};
 
 /// The /proc/diskstats fields of a device, by name.
 #[derive(Clone, Copy, Debug, Default)]
@@ -21,6 +17,11 @@ pub struct DiskStats {
     pub in_flight: u64,
     pub discards: u64,
     pub flushes: u64,
+    /// Sectors (512 B) read, written (WRITE_ZEROES included: block/blk-core.c accounts it as a
+    /// write) and discarded, as completed: `blk_account_io_completion` adds `bytes >> 9`.
+    pub read_sectors: u64,
+    pub write_sectors: u64,
+    pub discard_sectors: u64,
 }
 
 pub fn diskstats(name: &str) -> DiskStats {
@@ -44,6 +45,9 @@ pub fn diskstats(name: &str) -> DiskStats {
         in_flight: f[8],
         discards: f.get(11).copied().unwrap_or(0),
         flushes: f.get(15).copied().unwrap_or(0),
+        read_sectors: f[2],
+        write_sectors: f[6],
+        discard_sectors: f.get(13).copied().unwrap_or(0),
     }
 }
 
@@ -88,40 +92,6 @@ pub fn scrape_between_equal_diskstats(
     }
 }
 
-/// Mounts tracefs at /sys/kernel/tracing when it is not mounted yet (a fresh machine), so the
-/// ftrace witness is available. Left mounted: it is the kernel's standard location.
-pub fn ensure_tracefs() {
-    let t = Path::new("/sys/kernel/tracing");
-    if t.join("instances").is_dir() {
-        return;
-    }
-    let _ = Command::new("mount")
-        .args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"])
-        .status();
-    if !t.join("instances").is_dir() {
-        eprintln!("could not mount tracefs at /sys/kernel/tracing");
-    }
-}
-
-/// The `trace` file of an ftrace instance directory; panics if the buffer overflowed (the
-/// witness would be incomplete).
-pub fn read_trace(instance: &Path) -> String {
-    let text = std::fs::read_to_string(instance.join("trace")).unwrap();
-    let counts = text
-        .lines()
-        .find_map(|l| l.strip_prefix("# entries-in-buffer/entries-written: "))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|r| r.split_once('/'))
-        .map(|(a, b)| (a.to_string(), b.to_string()));
-    if let Some((kept, written)) = counts {
-        assert_eq!(
-            kept, written,
-            "trace buffer overflowed: the witness is incomplete"
-        );
-    }
-    text
-}
-
 /// One `block_io_start` (or other `block_rq` format: `block_rq_issue`) event from an ftrace
 /// instance: what entered the block layer (or was dispatched), on which disk.
 #[derive(Clone, Debug)]
@@ -158,25 +128,26 @@ impl IoTrace {
 
     /// Stops recording and returns the events.
     pub fn stop(&self) -> Vec<IoStart> {
-        self.0
-            .stop()
-            .into_iter()
-            .map(|e| {
-                let (sector, sectors) = e.range().expect("trace line format");
-                IoStart {
-                    kdev: e.kdev,
-                    rwbs: e.rwbs().to_string(),
-                    sector,
-                    sectors,
-                    comm: e
-                        .fields
-                        .last()
-                        .unwrap()
-                        .trim_matches(|c| c == '[' || c == ']')
-                        .to_string(),
-                }
-            })
-            .collect()
+        self.0.stop().iter().map(IoStart::from).collect()
+    }
+}
+
+impl From<&TraceEvent> for IoStart {
+    /// Panics on an event without "sector + sectors" (not of the `block_rq` format).
+    fn from(e: &TraceEvent) -> IoStart {
+        let (sector, sectors) = e.range().expect("trace line format");
+        IoStart {
+            kdev: e.kdev,
+            rwbs: e.rwbs().to_string(),
+            sector,
+            sectors,
+            comm: e
+                .fields
+                .last()
+                .unwrap()
+                .trim_matches(|c| c == '[' || c == ']')
+                .to_string(),
+        }
     }
 }
 

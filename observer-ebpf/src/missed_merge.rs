@@ -6,7 +6,7 @@ use core::ptr::addr_of_mut;
 
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use observer_common::{
-    class::OP_MASK,
+    class::Op,
     dispatch::is_missed_merge,
     maps::{DevState, MissedMerge, MERGE_PAIRS_PER_CPU},
 };
@@ -31,11 +31,11 @@ static MERGE_CURSOR: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 pub fn dispatched(ds: &mut DevState, class: u16, sector: u64, sectors: u32, now: u64) -> bool {
     let window = SETTINGS.get(0).map(|s| s.merge_window_ns).unwrap_or(0);
     let missed = is_missed_merge(
-        ds.last_class & OP_MASK,
+        Op::from_code(ds.last_class),
         ds.last_sector,
         ds.last_sectors,
         ds.last_dispatch_ns,
-        class & OP_MASK,
+        Op::from_code(class),
         sector,
         sectors,
         now,
