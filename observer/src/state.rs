@@ -29,6 +29,9 @@ pub struct ReloadableSettings {
     pub filter: DeviceFilter,
     /// Exported histogram bucket bounds (`[histogram]`).
     pub buckets: BucketMap,
+    /// Classic buckets beside the native ones in the protobuf exposition
+    /// (`[histogram] classic_in_protobuf`).
+    pub classic_in_protobuf: bool,
     /// Slow and stall thresholds (`[stalls]`) and the missed-merge window (`[merges]`), as in
     /// the kernel's `SETTINGS` map.
     pub settings: Settings,

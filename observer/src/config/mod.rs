@@ -13,6 +13,7 @@
 //! # Exported Prometheus bucket upper bounds (seconds, ascending). The in-kernel buckets are
 //! # finer (8 per power of two); each is counted in the first exported bucket that contains it.
 //! buckets = [0.000001, 0.000002, 0.000004]
+//! classic_in_protobuf = true         # protobuf /metrics: classic buckets beside the native ones
 //!
 //! [stalls]
 //! episode = "250ms"                  # no completion (dispatch) for this long = stall episode
@@ -190,6 +191,13 @@ impl Default for Devices {
 pub struct Histogram {
     /// Upper bounds in seconds, ascending, finite, > 0. `+Inf` is always added.
     pub buckets: Vec<f64>,
+    /// In the protobuf exposition (`GET /metrics` negotiated by a scraper with native
+    /// histograms on, see `crate::exposition::proto`), also write each histogram's classic
+    /// buckets (these `buckets`) beside its native buckets, so scrapers that ingest classic
+    /// histograms only keep working. Default true; false halves a latency series' protobuf
+    /// size with the default buckets (BENCHMARKS.md "Native histograms"). The text format
+    /// always has the classic buckets. Reloadable (SIGHUP).
+    pub classic_in_protobuf: bool,
 }
 
 /// `[merges]`: the missed-adjacent-merge rule (observer_common::dispatch::is_missed_merge).
@@ -255,10 +263,12 @@ impl Default for Config {
 }
 
 impl Default for Histogram {
-    /// 1 µs · 2^k for k = 0..=26 (1 µs … 67 s): exp2 buckets in µs, as ebpf_exporter's.
+    /// 1 µs · 2^k for k = 0..=26 (1 µs … 67 s): exp2 buckets in µs, as ebpf_exporter's;
+    /// classic buckets in the protobuf exposition too.
     fn default() -> Self {
         Self {
             buckets: (0..=26).map(|k| (1u64 << k) as f64 * 1e-6).collect(),
+            classic_in_protobuf: true,
         }
     }
 }
@@ -470,6 +480,18 @@ mod tests {
         assert!(c.listen.ip().is_loopback());
         assert_eq!(c.histogram.buckets.len(), 27);
         assert!((c.histogram.buckets[26] - 67.108864).abs() < 1e-9);
+        assert!(c.histogram.classic_in_protobuf);
+    }
+
+    #[test]
+    fn classic_in_protobuf_can_be_turned_off() {
+        let c = Config::from_toml("[histogram]\nclassic_in_protobuf = false", "t").unwrap();
+        assert!(!c.histogram.classic_in_protobuf);
+        assert_eq!(c.histogram.buckets, Histogram::default().buckets);
+        let e = Config::from_toml("[histogram]\nclassic_in_protobuf = 1", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("histogram.classic_in_protobuf"), "{e}");
     }
 
     #[test]

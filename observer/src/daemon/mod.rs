@@ -81,6 +81,7 @@ where
         runtime: RwLock::new(ReloadableSettings {
             filter: DeviceFilter::new(&cfg.devices),
             buckets: BucketMap::new(&cfg.histogram.buckets),
+            classic_in_protobuf: cfg.histogram.classic_in_protobuf,
             settings: cfg.kernel_settings(),
             forget_after: cfg.devices.forget_after,
         }),

@@ -165,6 +165,7 @@ where
                 .unwrap_or_else(|p| p.into_inner());
             rt.filter = DeviceFilter::new(&new.devices);
             rt.buckets = BucketMap::new(&new.histogram.buckets);
+            rt.classic_in_protobuf = new.histogram.classic_in_protobuf;
             rt.forget_after = new.devices.forget_after;
             rt.settings = settings;
         }

@@ -5,7 +5,7 @@
 
 use prometheus::proto::MetricType;
 
-use super::{MetricDesc, TextWriter};
+use super::{MetricDesc, MetricWriter};
 use crate::bpf::progstats::ProgramRun;
 
 /// Runs of each program.
@@ -35,7 +35,7 @@ pub const PROGRAM_RECURSION_MISSES: MetricDesc = MetricDesc {
 /// The families for `runs`: recursion misses always (of the programs whose count the kernel
 /// gave), run counts and times only when `timed`
 /// ([`crate::bpf::progstats::runs_exported`]). Nothing is written for no programs.
-pub fn families(w: &mut TextWriter, runs: &[ProgramRun], timed: bool) {
+pub fn families(w: &mut dyn MetricWriter, runs: &[ProgramRun], timed: bool) {
     let mut f = w.family(&PROGRAM_RECURSION_MISSES);
     for r in runs {
         if let Some(n) = r.recursion_misses {

@@ -1,5 +1,5 @@
 //! [`MetricDesc`]: a metric's name, help, type and label names, declared once as a `const` next
-//! to the code that fills it (through [`super::TextWriter`]); and [`encode`], the text format of
+//! to the code that fills it (through [`super::MetricWriter`]); and [`encode`], the text format of
 //! families built by the `prometheus` crate itself (its process collector).
 
 use prometheus::{

@@ -4,7 +4,7 @@
 
 use prometheus::proto::MetricType;
 
-use super::{MetricDesc, TextWriter};
+use super::{MetricDesc, MetricWriter};
 use crate::{config::DeviceFilter, disks::DiskView};
 
 /// A disk's identity and queue setup, as node_exporter's `node_disk_info` (plus the queue).
@@ -28,7 +28,7 @@ pub const DISK_INFO: MetricDesc = MetricDesc {
 };
 
 /// The family, from the view's last scan.
-pub fn families(w: &mut TextWriter, filter: &DeviceFilter, disks: &DiskView) {
+pub fn families(w: &mut dyn MetricWriter, filter: &DeviceFilter, disks: &DiskView) {
     let inv = disks.inventory();
     let mut f = w.family(&DISK_INFO);
     let bit = |b: bool| if b { "1" } else { "0" };

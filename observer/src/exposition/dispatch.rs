@@ -10,7 +10,9 @@ use observer_common::dispatch::{
 };
 use prometheus::proto::MetricType;
 
-use super::{requests::CLASS_LABELS, text::Bounds, MetricDesc, TextWriter};
+use super::{
+    requests::CLASS_LABELS, text::Bounds, HistogramSeries, MetricDesc, MetricWriter, NativeSource,
+};
 use crate::{collect::snapshot::Snapshot, labels::class_label_values};
 
 /// Request size at the first dispatch, per (device, class).
@@ -99,14 +101,26 @@ pub fn exported(h: &DispatchHist) -> (Series, Series) {
 }
 
 /// The three families: histograms for classes with dispatched requests, the counter for every
-/// class (0 included, so rates and alerts work before the first missed merge).
-pub fn families(w: &mut TextWriter, s: &Snapshot) {
+/// class (0 included, so rates and alerts work before the first missed merge). In the protobuf
+/// format the request sizes also have native buckets (schema 0, exact:
+/// [`super::native::request_size`]); the merged bios keep classic buckets only, since theirs
+/// (0, 1, 2–3, 4–7, …, over 256) are not powers of two and the last has no upper bound.
+pub fn families(w: &mut dyn MetricWriter, s: &Snapshot) {
     let mut f = w.family(&REQUEST_SIZE);
     for ((dev, class), t) in &s.classes {
         let (h, _) = exported(&t.dispatch);
         if h.count > 0 {
             let values = class_label_values(dev, *class);
-            f.histogram(&values, size_bounds(), &h.cumulative, h.count, h.sum as f64);
+            f.native_histogram(
+                &values,
+                &HistogramSeries {
+                    bounds: size_bounds(),
+                    cumulative: &h.cumulative,
+                    count: h.count,
+                    sum: h.sum as f64,
+                    native: Some(NativeSource::RequestSize(&t.dispatch.size)),
+                },
+            );
         }
     }
     let mut f = w.family(&REQUEST_MERGED_BIOS);

@@ -3,7 +3,7 @@
 
 use prometheus::proto::MetricType;
 
-use super::{MetricDesc, TextWriter};
+use super::{MetricDesc, MetricWriter};
 use crate::fslog::{Discovery, LogKind};
 
 /// One series per log range: joins `log="true"` series (by `device`) to their filesystem.
@@ -32,7 +32,7 @@ pub const FS_LOG_WARNINGS: MetricDesc = MetricDesc {
 
 /// The three families in the text exposition format (sectors and status only when there are
 /// filesystems), appended to `w`.
-pub fn render_metrics(w: &mut TextWriter, d: &Discovery) {
+pub fn render_metrics(w: &mut dyn MetricWriter, d: &Discovery) {
     let mut f = w.family(&FS_LOG_SECTORS);
     for fs in &d.filesystems {
         for e in &fs.log {

@@ -3,7 +3,7 @@
 
 use prometheus::proto::MetricType;
 
-use super::{MetricDesc, TextWriter};
+use super::{MetricDesc, MetricWriter};
 use crate::collect::snapshot::Snapshot;
 
 /// Requests in flight per (device, stage).
@@ -33,7 +33,7 @@ pub const DEVICE_MAPPER_INFO: MetricDesc = MetricDesc {
 
 /// The families, every device with a `queue` and a `device` series, or for a bio-based disk
 /// (dm, md: nothing is dispatched there) one `total` series; then the device-mapper names.
-pub fn families(w: &mut TextWriter, s: &Snapshot) {
+pub fn families(w: &mut dyn MetricWriter, s: &Snapshot) {
     let mut f = w.family(&INFLIGHT_REQUESTS);
     for (dev, c) in &s.inflight {
         if c.bio_based {
@@ -89,7 +89,7 @@ mod tests {
         );
         s.device_mapper
             .insert("dm-0".into(), ("vg0-data".into(), "LVM-x".into()));
-        let mut w = TextWriter::new();
+        let mut w = super::super::TextWriter::new();
         families(&mut w, &s);
         let text = w.finish();
         let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();

@@ -1,7 +1,9 @@
 //! Prometheus exposition of a [`Snapshot`]: `/metrics`. Each metric's name, help and labels are
 //! declared once, as a [`MetricDesc`] `const` in the file of its feature (`requests`,
 //! `inflight`, `stalls`, `selfmon`, and `crate::fslog` for the filesystem-log gauges); the
-//! functions beside them only fill values.
+//! functions beside them only fill values, into a [`MetricWriter`]: the text format
+//! ([`TextWriter`]) or the delimited protobuf format ([`ProtoWriter`], `proto.rs`), whose
+//! latency and request-size histograms also carry native buckets (`native.rs`).
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -43,28 +45,34 @@ mod disk;
 pub mod dispatch;
 pub mod fslog;
 mod inflight;
+pub mod native;
 mod process;
+pub mod proto;
 mod requests;
 pub mod selfmon;
 mod stalls;
 pub mod text;
+mod writer;
 
 pub use buckets::BucketMap;
 pub use desc::{encode, MetricDesc};
 pub use process::ProcessMetrics;
+pub use proto::ProtoWriter;
 pub use text::TextWriter;
+pub use writer::{Family, HistogramSeries, MetricWriter, NativeSource};
 
 use crate::{
     bpf::loader::AttachInfo, collect::events::History, collect::snapshot::Snapshot,
     config::DeviceFilter, disks::DiskView,
 };
 
-/// The daemon's metric families (all but the filesystem-log ones) in the text exposition format
-/// (version 0.0.4), in a fixed order: latency histograms, per-class counters, merge analysis, errors, in-flight,
-/// stalls, self-monitoring. `buckets` are the exported bounds; `filter` limits the stall totals
-/// (the snapshot is already filtered), `disks` names their devices. Written straight to text ([`TextWriter`]).
+/// The daemon's metric families (all but the filesystem-log ones), in a fixed order: latency
+/// histograms, per-class counters, merge analysis, errors, in-flight, stalls, self-monitoring.
+/// `buckets` are the exported bounds; `filter` limits the stall totals (the snapshot is already
+/// filtered), `disks` names their devices. Written into `w`: the text format ([`TextWriter`],
+/// version 0.0.4) or the protobuf format with native histograms ([`ProtoWriter`]).
 pub fn render(
-    w: &mut TextWriter,
+    w: &mut dyn MetricWriter,
     s: &Snapshot,
     history: &History,
     buckets: &BucketMap,
@@ -162,17 +170,23 @@ mod tests {
     /// (written by the `prometheus` crate's object model and `TextEncoder` before the direct
     /// writer replaced them; the crate version replaced by `VERSION`). `BLKOBS_BLESS=1`
     /// rewrites the file.
-    /// [`render`] of `s` and `h` with the default buckets, filter and disks.
+    /// [`render`] of `s` and `h` with the default buckets, filter and disks, as text.
     fn render_sample(s: &Snapshot, h: &History) -> String {
+        let mut w = TextWriter::new();
+        render_into(&mut w, s, h);
+        w.finish()
+    }
+
+    /// [`render`] of `s` and `h` with the default buckets, filter and disks, into `w`.
+    fn render_into(w: &mut dyn MetricWriter, s: &Snapshot, h: &History) {
         let info = AttachInfo {
             mode: "tp_btf",
             enter_tracepoint: "block_io_start",
             reaper: "request_state",
         };
         let buckets = BucketMap::new(&crate::config::Histogram::default().buckets);
-        let mut w = TextWriter::new();
         render(
-            &mut w,
+            w,
             s,
             h,
             &buckets,
@@ -180,7 +194,160 @@ mod tests {
             &DeviceFilter::default(),
             &DiskView::default(),
         );
-        w.finish()
+    }
+
+    /// The samples of a text exposition (`# ` lines skipped), labels unescaped, in order.
+    fn parse_text(text: &str) -> Vec<proto::TextSample> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let name_end = l.find(['{', ' ']).unwrap();
+                let name = l[..name_end].to_string();
+                let mut labels = Vec::new();
+                let mut rest = &l[name_end..];
+                if let Some(r) = rest.strip_prefix('{') {
+                    let mut chars = r.char_indices();
+                    let (mut key, mut val, mut in_val, mut esc) =
+                        (String::new(), String::new(), false, false);
+                    let mut end = 0;
+                    while let Some((i, c)) = chars.next() {
+                        match (in_val, esc, c) {
+                            (true, true, 'n') => (val.push('\n'), esc = false).1,
+                            (true, true, c) => (val.push(c), esc = false).1,
+                            (true, false, '\\') => esc = true,
+                            (true, false, '"') => {
+                                labels.push((std::mem::take(&mut key), std::mem::take(&mut val)));
+                                in_val = false;
+                            }
+                            (true, false, c) => val.push(c),
+                            (false, _, '=') => {
+                                chars.next(); // the opening quote
+                                in_val = true;
+                            }
+                            (false, _, ',') => {}
+                            (false, _, '}') => {
+                                end = i + 1;
+                                break;
+                            }
+                            (false, _, c) => key.push(c),
+                        }
+                    }
+                    rest = &r[end..];
+                }
+                let v: f64 = rest.trim().parse().unwrap_or_else(|_| panic!("{l}"));
+                (name, labels, v)
+            })
+            .collect()
+    }
+
+    /// The protobuf exposition of [`sample`] has every family, series and value of the text one
+    /// (classic buckets included), in the same order, with the same types; the latency and
+    /// request-size histograms also have native buckets that hold the same counts: their total
+    /// (with the zero bucket) is `_count`, and those up to each classic `le` (latency: within
+    /// [`native::LATENCY_EDGE_ERROR`] above it) are that bucket's cumulative count.
+    #[test]
+    fn protobuf_has_the_text_series_and_native_buckets() {
+        let (s, h) = sample();
+        let text = render_sample(&s, &h);
+        let mut w = ProtoWriter::new(true);
+        render_into(&mut w, &s, &h);
+        let families = proto::decode(&w.finish()).expect("decode our own protobuf");
+        let types: Vec<(String, String)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| {
+                let (n, t) = l.split_once(' ').unwrap();
+                (n.to_string(), t.to_uppercase())
+            })
+            .collect();
+        let got_types: Vec<(String, String)> = families
+            .iter()
+            .map(|f| {
+                let t = proto::model::MetricType::try_from(f.r#type.unwrap()).unwrap();
+                (f.name.clone().unwrap(), format!("{t:?}").to_uppercase())
+            })
+            .collect();
+        assert_eq!(got_types, types);
+        let want = parse_text(&text);
+        assert!(want.len() > 500, "{} series", want.len());
+        let got = proto::text_samples(&families);
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!((&g.0, &g.1), (&w.0, &w.1));
+            assert_eq!(g.2.to_bits(), w.2.to_bits(), "{w:?}");
+        }
+
+        let mut checked = [0usize; 2];
+        for f in &families {
+            let name = f.name.as_deref().unwrap();
+            let (schema, slack) = match name {
+                "blkobs_request_latency_seconds" => (8, native::LATENCY_EDGE_ERROR),
+                "blkobs_request_size_bytes" => (0, 0.0),
+                _ => {
+                    assert!(f
+                        .metric
+                        .iter()
+                        .all(|m| m.histogram.as_ref().is_none_or(|h| h.schema.is_none())));
+                    continue;
+                }
+            };
+            for m in &f.metric {
+                let hist = m.histogram.as_ref().unwrap();
+                assert_eq!(hist.schema, Some(schema), "{name}");
+                let nb = proto::native_buckets(hist);
+                let zero = hist.zero_count.unwrap();
+                assert_eq!(
+                    zero + nb.iter().map(|b| b.2).sum::<u64>(),
+                    hist.sample_count.unwrap()
+                );
+                for b in &hist.bucket {
+                    let le = b.upper_bound.unwrap();
+                    let below: u64 = nb
+                        .iter()
+                        .filter(|n| n.1 <= le * (1.0 + slack))
+                        .map(|n| n.2)
+                        .sum();
+                    assert_eq!(zero + below, b.cumulative_count.unwrap(), "{name} le={le}");
+                }
+                checked[usize::from(schema == 0)] += 1;
+            }
+        }
+        assert!(checked[0] > 10 && checked[1] > 5, "{checked:?}");
+
+        // classic_in_protobuf = false: no classic buckets where there are native ones, the
+        // rest unchanged.
+        let mut w = ProtoWriter::new(false);
+        render_into(&mut w, &s, &h);
+        let lean = proto::decode(&w.finish()).unwrap();
+        assert_eq!(lean.len(), families.len());
+        for (a, b) in lean.iter().zip(&families) {
+            for (ma, mb) in a.metric.iter().zip(&b.metric) {
+                match (&ma.histogram, &mb.histogram) {
+                    (Some(ha), Some(hb)) if hb.schema.is_some() => {
+                        assert!(ha.bucket.is_empty());
+                        let mut hb = hb.clone();
+                        hb.bucket.clear();
+                        assert_eq!(ha, &hb);
+                    }
+                    _ => assert_eq!(ma, mb),
+                }
+            }
+        }
+    }
+
+    /// The `prometheus` crate's families (the process metrics) are the same series in both
+    /// formats.
+    #[test]
+    fn process_families_in_both_formats() {
+        let families = ProcessMetrics::new().families();
+        let mut t = TextWriter::new();
+        t.foreign(families.clone());
+        let mut p = ProtoWriter::new(true);
+        p.foreign(families);
+        let want = parse_text(&t.finish());
+        assert!(want.len() >= 6, "{want:?}");
+        let got = proto::text_samples(&proto::decode(&p.finish()).unwrap());
+        assert_eq!(got, want);
     }
 
     #[test]

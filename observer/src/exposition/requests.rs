@@ -7,7 +7,7 @@ use prometheus::proto::MetricType;
 
 use observer_common::Stage;
 
-use super::{BucketMap, MetricDesc, TextWriter};
+use super::{BucketMap, HistogramSeries, MetricDesc, MetricWriter, NativeSource};
 use crate::{
     collect::snapshot::{ClassTotals, Snapshot},
     labels::{class_label_values, status_name},
@@ -110,8 +110,9 @@ pub const REQUEST_ERRORS: MetricDesc = MetricDesc {
     labels: &["device", "op", "status"],
 };
 
-/// The histogram family: one series per (device, class, stage) with samples.
-pub fn latency(w: &mut TextWriter, s: &Snapshot, buckets: &BucketMap) {
+/// The histogram family: one series per (device, class, stage) with samples; in the protobuf
+/// format with native buckets from the kernel's ([`super::native::latency`]).
+pub fn latency(w: &mut dyn MetricWriter, s: &Snapshot, buckets: &BucketMap) {
     let mut f = w.family(&REQUEST_LATENCY);
     for ((dev, class), t) in &s.classes {
         for stage in Stage::ALL {
@@ -122,12 +123,15 @@ pub fn latency(w: &mut TextWriter, s: &Snapshot, buckets: &BucketMap) {
             }
             let mut values = class_label_values(dev, *class);
             values.push(stage.name());
-            f.histogram(
+            f.native_histogram(
                 &values,
-                &buckets.les,
-                &buckets.cumulative(&st.buckets),
-                count,
-                st.sum_ns as f64 * 1e-9,
+                &HistogramSeries {
+                    bounds: &buckets.les,
+                    cumulative: &buckets.cumulative(&st.buckets),
+                    count,
+                    sum: st.sum_ns as f64 * 1e-9,
+                    native: Some(NativeSource::Latency(&st.buckets)),
+                },
             );
         }
     }
@@ -150,7 +154,7 @@ pub const OWNER_LABELS: &[&str] = &[
 /// The per-class counter families, in [`CLASS_COUNTERS`] order. While `[cgroups] label` is on
 /// (`s.owners`), `blkobs_requests_total` and `blkobs_bytes_total` are split by the cgroup that
 /// owns the I/O instead ([`owner_counter`]).
-pub fn counters(w: &mut TextWriter, s: &Snapshot) {
+pub fn counters(w: &mut dyn MetricWriter, s: &Snapshot) {
     for c in &CLASS_COUNTERS {
         if let Some(owners) = &s.owners {
             if c.desc.name == "blkobs_requests_total" {
@@ -175,7 +179,7 @@ pub fn counters(w: &mut TextWriter, s: &Snapshot) {
 /// One of the per-owner counters: `desc` with a `cgroup` label ([`OWNER_LABELS`]), one series
 /// per (device, class, owner cgroup).
 fn owner_counter(
-    w: &mut TextWriter,
+    w: &mut dyn MetricWriter,
     desc: &MetricDesc,
     owners: &std::collections::BTreeMap<
         (String, observer_common::class::Class, String),
@@ -200,7 +204,7 @@ fn owner_counter(
 }
 
 /// The error family.
-pub fn errors(w: &mut TextWriter, s: &Snapshot) {
+pub fn errors(w: &mut dyn MetricWriter, s: &Snapshot) {
     let mut f = w.family(&REQUEST_ERRORS);
     for ((dev, class, status), n) in &s.errors {
         f.counter(

@@ -10,7 +10,7 @@ use prometheus::proto::MetricType;
 
 use observer_common::maps::Counter;
 
-use super::{MetricDesc, TextWriter};
+use super::{MetricDesc, MetricWriter};
 use crate::{bpf::loader::AttachInfo, collect::snapshot::Snapshot};
 
 /// HTTP requests and connections refused by the `[http]` limits or the web configuration, by
@@ -127,7 +127,7 @@ pub const HTTP_REJECTED: MetricDesc = MetricDesc {
 };
 
 /// `blkobs_http_rejected_total`, one series per reason.
-pub fn http_families(w: &mut TextWriter, r: &HttpRejections) {
+pub fn http_families(w: &mut dyn MetricWriter, r: &HttpRejections) {
     let mut f = w.family(&HTTP_REJECTED);
     for (reason, n) in r.counts().iter() {
         f.counter(&[reason], *n as f64);
@@ -135,7 +135,7 @@ pub fn http_families(w: &mut TextWriter, r: &HttpRejections) {
 }
 
 /// The self-monitoring families, in the order above.
-pub fn families(w: &mut TextWriter, s: &Snapshot, info: &AttachInfo) {
+pub fn families(w: &mut dyn MetricWriter, s: &Snapshot, info: &AttachInfo) {
     let c = &s.counters;
     let mut f = w.family(&DROPPED_REQUESTS);
     f.counter(&[Counter::InflightFull.name()], c.inflight_full as f64);

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use prometheus::proto::MetricType;
 
-use super::{MetricDesc, TextWriter};
+use super::{MetricDesc, MetricWriter};
 use crate::{
     collect::{events::History, snapshot::Snapshot},
     config::DeviceFilter,
@@ -73,7 +73,7 @@ fn episode_totals<'a>(
 
 /// The four families (`disks` names the devices of the episode totals).
 pub fn families(
-    w: &mut TextWriter,
+    w: &mut dyn MetricWriter,
     s: &Snapshot,
     history: &History,
     filter: &DeviceFilter,

@@ -1,4 +1,5 @@
-//! [`TextWriter`]: the text exposition format (version 0.0.4) written straight from the values,
+//! [`TextWriter`]: the text exposition format (version 0.0.4) written straight from the values
+//! (the text backend of [`MetricWriter`]),
 //! without building the `prometheus` crate's object model (a `MetricFamily` per metric, two
 //! `String`s per label pair, a `Bucket` per histogram bound) on every scrape, which was most of
 //! a scrape's CPU time with 32 busy devices (BENCHMARKS.md). It writes exactly what that crate's
@@ -16,7 +17,10 @@ use std::fmt::Write as _;
 
 use prometheus::proto::MetricType;
 
-use super::MetricDesc;
+use super::{
+    writer::{HistogramSeries, MetricWriter},
+    MetricDesc,
+};
 
 /// Histogram bounds with their `le` label values formatted once (they are the same for every
 /// series and every scrape).
@@ -26,6 +30,8 @@ pub struct Bounds {
     les: Vec<String>,
     /// One of the bounds is +Inf: no extra `le="+Inf"` line is written.
     has_inf: bool,
+    /// The bounds themselves (the protobuf format's `upper_bound`s).
+    upper: Vec<f64>,
 }
 
 impl Bounds {
@@ -43,7 +49,13 @@ impl Bounds {
             has_inf: bounds
                 .iter()
                 .any(|b| b.is_infinite() && b.is_sign_positive()),
+            upper: bounds.to_vec(),
         }
+    }
+
+    /// The bounds, as given to [`Bounds::new`].
+    pub fn upper(&self) -> &[f64] {
+        &self.upper
     }
 
     /// Number of bounds.
@@ -71,18 +83,8 @@ impl TextWriter {
         TextWriter::default()
     }
 
-    /// Starts the family `desc`: its header is written with its first series, so a family
-    /// given none leaves no trace.
-    pub fn family<'w>(&'w mut self, desc: &'w MetricDesc) -> Family<'w> {
-        Family {
-            w: self,
-            desc,
-            started: false,
-        }
-    }
-
     /// Appends text written elsewhere (e.g. [`super::encode`] of the `prometheus` crate's own
-    /// collectors).
+    /// collectors; [`MetricWriter::foreign`] does that).
     pub fn push_str(&mut self, text: &str) {
         self.out.push_str(text);
     }
@@ -93,92 +95,69 @@ impl TextWriter {
     }
 }
 
-/// Writes the series of one family; see [`TextWriter::family`].
-pub struct Family<'w> {
-    w: &'w mut TextWriter,
-    desc: &'w MetricDesc,
-    started: bool,
-}
-
-impl Family<'_> {
-    /// A counter series: one value per label of the descriptor, same order.
-    pub fn counter(&mut self, values: &[&str], v: f64) {
-        debug_assert_eq!(self.desc.kind, MetricType::COUNTER, "{}", self.desc.name);
-        self.sample(values, v);
+impl MetricWriter for TextWriter {
+    fn header(&mut self, d: &MetricDesc) {
+        let out = &mut self.out;
+        if !d.help.is_empty() {
+            out.push_str("# HELP ");
+            out.push_str(d.name);
+            out.push(' ');
+            escape_into(out, d.help, false);
+            out.push('\n');
+        }
+        out.push_str("# TYPE ");
+        out.push_str(d.name);
+        out.push(' ');
+        out.push_str(match d.kind {
+            MetricType::COUNTER => "counter",
+            MetricType::GAUGE => "gauge",
+            MetricType::HISTOGRAM => "histogram",
+            MetricType::SUMMARY => "summary",
+            MetricType::UNTYPED => "untyped",
+        });
+        out.push('\n');
     }
 
-    /// A gauge series: one value per label of the descriptor, same order.
-    pub fn gauge(&mut self, values: &[&str], v: f64) {
-        debug_assert_eq!(self.desc.kind, MetricType::GAUGE, "{}", self.desc.name);
-        self.sample(values, v);
+    fn sample(&mut self, desc: &MetricDesc, values: &[&str], v: f64) {
+        self.set_labels(desc, values);
+        line(&mut self.out, desc.name, "", &self.labels, None, v);
     }
 
-    /// A histogram series: `cumulative[i]` samples ≤ bound `i` (as many as `bounds`), `count`
-    /// samples in all (the +Inf bucket), `sum` of their values.
-    pub fn histogram(
-        &mut self,
-        values: &[&str],
-        bounds: &Bounds,
-        cumulative: &[u64],
-        count: u64,
-        sum: f64,
-    ) {
-        debug_assert_eq!(self.desc.kind, MetricType::HISTOGRAM, "{}", self.desc.name);
-        debug_assert_eq!(bounds.len(), cumulative.len(), "{}", self.desc.name);
-        self.start(values);
-        let TextWriter { out, labels } = &mut *self.w;
-        let name = self.desc.name;
+    /// The classic buckets (`h.native` is for the protobuf format only).
+    fn histogram(&mut self, desc: &MetricDesc, values: &[&str], h: &HistogramSeries) {
+        debug_assert_eq!(h.bounds.len(), h.cumulative.len(), "{}", desc.name);
+        self.set_labels(desc, values);
+        let TextWriter { out, labels } = self;
+        let name = desc.name;
         let sep = if labels.is_empty() { "{" } else { "," };
-        for (le, c) in bounds.les.iter().zip(cumulative) {
+        for (le, c) in h.bounds.les.iter().zip(h.cumulative) {
             line(out, name, "_bucket", labels, Some((sep, le)), *c as f64);
         }
-        if !bounds.has_inf {
+        if !h.bounds.has_inf {
             line(
                 out,
                 name,
                 "_bucket",
                 labels,
                 Some((sep, "+Inf")),
-                count as f64,
+                h.count as f64,
             );
         }
-        line(out, name, "_sum", labels, None, sum);
-        line(out, name, "_count", labels, None, count as f64);
+        line(out, name, "_sum", labels, None, h.sum);
+        line(out, name, "_count", labels, None, h.count as f64);
     }
 
-    fn sample(&mut self, values: &[&str], v: f64) {
-        self.start(values);
-        let TextWriter { out, labels } = &mut *self.w;
-        line(out, self.desc.name, "", labels, None, v);
+    fn foreign(&mut self, families: Vec<prometheus::proto::MetricFamily>) {
+        self.out.push_str(&super::encode(families));
     }
+}
 
-    /// Writes the header if this is the family's first series, and the series' labels into
-    /// the scratch.
-    fn start(&mut self, values: &[&str]) {
-        let d = self.desc;
+impl TextWriter {
+    /// The series' labels into the scratch: `{label="value",...` (no closing brace), or
+    /// nothing without labels.
+    fn set_labels(&mut self, d: &MetricDesc, values: &[&str]) {
         debug_assert_eq!(values.len(), d.labels.len(), "label values of {}", d.name);
-        let TextWriter { out, labels } = &mut *self.w;
-        if !self.started {
-            self.started = true;
-            if !d.help.is_empty() {
-                out.push_str("# HELP ");
-                out.push_str(d.name);
-                out.push(' ');
-                escape_into(out, d.help, false);
-                out.push('\n');
-            }
-            out.push_str("# TYPE ");
-            out.push_str(d.name);
-            out.push(' ');
-            out.push_str(match d.kind {
-                MetricType::COUNTER => "counter",
-                MetricType::GAUGE => "gauge",
-                MetricType::HISTOGRAM => "histogram",
-                MetricType::SUMMARY => "summary",
-                MetricType::UNTYPED => "untyped",
-            });
-            out.push('\n');
-        }
+        let labels = &mut self.labels;
         labels.clear();
         for (i, (k, v)) in d.labels.iter().zip(values).enumerate() {
             labels.push_str(if i == 0 { "{" } else { "," });
@@ -365,7 +344,8 @@ mod tests {
         let b = Bounds::new(bounds);
         let mut w = TextWriter::new();
         for (d, series) in families {
-            let mut f = w.family(d);
+            let dw: &mut dyn MetricWriter = &mut w;
+            let mut f = dw.family(d);
             for (values, v) in series {
                 let values: Vec<&str> = values.iter().map(String::as_str).collect();
                 match v {

@@ -39,7 +39,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     },
     Endpoint {
         path: "/metrics",
-        about: "Prometheus metrics (text exposition format)",
+        about: "Prometheus metrics (text exposition format; protobuf with native histograms if Accept asks for it)",
         reads_maps: true,
         in_openapi: false,
         params: &[],
