@@ -46,6 +46,11 @@ pub struct BenchArgs {
     /// issue's biolatency numbers were taken with: its insert program runs once per request).
     #[arg(long, default_value = "mq-deadline")]
     pub scheduler: String,
+    /// Only the exposition sizes: series and bytes of one `/metrics` scrape with 1 and
+    /// `--scrape-devices` busy disks, text vs protobuf with native histograms (with and without
+    /// classic buckets). Nothing else runs.
+    #[arg(long)]
+    pub exposition: bool,
     /// Skip `cargo build --release -p observer` (use the binaries in target/release).
     #[arg(long)]
     pub no_build: bool,

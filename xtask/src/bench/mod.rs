@@ -17,6 +17,8 @@
 //! run_time_ns / run_cnt deltas per program from `bpftool prog show -j`; ns per request is
 //! Σ run_time_ns / requests completed on all disks (/sys/block/*/stat) in the same interval.
 //! A last phase starts each daemon with 32 (smoke: 2) more loop devices busy and times scrapes.
+//! `--exposition` runs only [`exposition`]: series and bytes of one scrape, text vs protobuf with
+//! native histograms, with 1 and 32 busy disks.
 //!
 //! Everything created (loop devices, files, daemons, tracers, the sysctl) is undone by Drop
 //! guards, also on errors, panics and Ctrl-C/SIGTERM. Only SIGKILL leaves debris; the next run
@@ -26,6 +28,7 @@ mod args;
 mod baseline;
 mod bpftool;
 mod daemon;
+mod exposition;
 mod fio;
 mod guards;
 mod report;
@@ -65,7 +68,12 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     );
     install_signal_handlers();
     remove_stale();
-    let configs = args.configs()?;
+    // --exposition runs the current daemon only (built by prepare_tools unless --no-build).
+    let configs = if args.exposition {
+        vec![Config::Observer]
+    } else {
+        args.configs()?
+    };
     let biolatency = prepare_tools(root, &args, &configs)?;
     let baseline = match &args.baseline {
         Some(rev) => {
@@ -77,6 +85,17 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     };
     let logs = root.join("target/bench");
     std::fs::create_dir_all(&logs)?;
+    if args.exposition {
+        let shm = ShmDir(PathBuf::from(format!(
+            "/dev/shm/blkobs-bench-{}",
+            std::process::id()
+        )));
+        std::fs::create_dir_all(&shm.0)?;
+        let table = exposition::run(root, &shm.0, args.scrape_devices, &args.scheduler)?;
+        println!("{table}");
+        std::fs::write(logs.join("exposition.md"), &table)?;
+        return Ok(());
+    }
 
     // Setup: devices. Drop order is reverse of declaration: loops go before their files.
     let shm = ShmDir(PathBuf::from(format!(
