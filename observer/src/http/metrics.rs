@@ -34,8 +34,8 @@ pub enum Format {
 /// The format an `Accept` header asks for: protobuf if its media range
 /// `application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily;
 /// encoding=delimited` has a higher q-value than the best range the text format matches
-/// (`text/plain`, `text/*`, `*/*`), as Prometheus sends with native histograms on (`q=0.7`
-/// vs `text/plain q=0.3`); text otherwise, also without an `Accept` header or for one that
+/// (`text/plain`, `text/*`, `*/*`), as Prometheus sends with native histograms on (2.42: no
+/// q, i.e. 1, vs `text/plain;version=0.0.4;q=0.5`); text otherwise, also without an `Accept` header or for one that
 /// lists only formats the daemon does not write (e.g. `application/openmetrics-text`).
 pub fn negotiate(accept: Option<&str>) -> Format {
     let (mut proto_q, mut text_q) = (0.0f32, 0.0f32);
@@ -127,7 +127,8 @@ mod tests {
     #[test]
     fn negotiation() {
         use Format::*;
-        let prom_242 = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        // As Debian's Prometheus 2.42.0 sends it with --enable-feature=native-histograms.
+        let prom_242 = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
         for (accept, want) in [
             (None, Text),
             (Some(""), Text),
@@ -135,6 +136,8 @@ mod tests {
             (Some("text/plain;version=0.0.4"), Text),
             (Some("application/openmetrics-text;version=1.0.0"), Text),
             (Some(prom_242), Protobuf),
+            // Without the feature flag, 2.42 sends no protobuf range: text.
+            (Some("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"), Text),
             (Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"), Protobuf),
             // Text preferred, or equal: text.
             (Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.3,text/plain;q=0.7"), Text),

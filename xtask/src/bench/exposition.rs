@@ -18,7 +18,7 @@ use super::{
 };
 
 /// What Prometheus 2.42 sends with `--enable-feature=native-histograms`.
-const PROTOBUF_ACCEPT: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+const PROTOBUF_ACCEPT: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
 /// The histogram families that have native buckets in protobuf.
 const NATIVE_FAMILIES: [&str; 2] = [
