@@ -96,8 +96,8 @@ fn count_text(text: &str) -> (usize, usize, usize) {
     (all, classic, hists)
 }
 
-/// Runs the phase: `n` loop devices under `dir`, the release daemon started twice (classic
-/// buckets in protobuf on, then off), each scraped after 1 and then all `n` devices were busy
+/// Runs the phase: `n` loop devices under `dir`, the release daemon (exporting those only)
+/// started twice (classic buckets in protobuf on, then off), each scraped after 1 and then all `n` devices were busy
 /// for 5 s (fio random reads and writes, fsyncs on every other device). Returns the markdown
 /// table.
 pub fn run(root: &Path, dir: &Path, n: u32, scheduler: &str) -> Result<String> {
@@ -115,9 +115,14 @@ pub fn run(root: &Path, dir: &Path, n: u32, scheduler: &str) -> Result<String> {
     let mut classic_lines = Vec::new();
     for (pass, classic) in [true, false].into_iter().enumerate() {
         let cfg = dir.join(format!("expo-{classic}.toml"));
+        // Only the bench's devices: the host's other disks would make the passes differ.
+        let include: Vec<String> = loops.iter().map(|l| format!("{:?}", l.name())).collect();
         std::fs::write(
             &cfg,
-            format!("[histogram]\nclassic_in_protobuf = {classic}\n"),
+            format!(
+                "[devices]\ninclude = [{}]\n[histogram]\nclassic_in_protobuf = {classic}\n",
+                include.join(", ")
+            ),
         )?;
         let port = free_port()?;
         let mut daemon = Proc::spawn(
