@@ -1,4 +1,7 @@
-//! `observer stalls` and `observer report`: terminal clients of a running daemon's API.
+//! `observer stalls`, `observer report` and `observer top` ([`top`]): terminal clients of a
+//! running daemon's API.
+
+pub mod top;
 
 use anyhow::{bail, Context, Result};
 

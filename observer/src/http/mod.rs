@@ -1,10 +1,11 @@
 //! The HTTP layer: the router over the one endpoint table ([`endpoints`]) and one file per
 //! endpoint, with their query parameters parsed in [`params`]: `/` (an HTML page linking the
 //! others), `/metrics` (Prometheus text format), `/healthz`, `/stalls`, `/merges`,
-//! `/inflight`, `/histograms`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this
+//! `/inflight`, `/histograms`, `/counters`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this
 //! module.
 
 pub mod auth;
+pub mod counters;
 pub mod devices;
 pub mod endpoints;
 pub mod histograms;
