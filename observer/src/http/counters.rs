@@ -157,3 +157,52 @@ pub async fn get_counters(State(st): State<Arc<AppState>>, RawQuery(q): RawQuery
     .await;
     Json(out).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use observer_common::class::Class;
+
+    use super::*;
+
+    #[test]
+    fn devices_with_classes_or_requests_in_flight() {
+        let mut snap = Snapshot::default();
+        let mut t = ClassTotals::new();
+        t.requests = 7;
+        t.bytes = 7 * 4096;
+        snap.classes.insert(("loop1".into(), Class(1)), t.clone());
+        snap.classes.insert(("loop1".into(), Class(0)), t);
+        snap.inflight.insert(
+            "vda".into(),
+            InflightCounts {
+                queue: 1,
+                device: 2,
+                oldest_queue_ns: 1_500_000_000,
+                oldest_device_ns: 250_000_000,
+                bio_based: false,
+            },
+        );
+        let d = devices(&snap, None);
+        let names: Vec<&str> = d.iter().map(|d| d.device.as_str()).collect();
+        assert_eq!(names, ["loop1", "vda"]);
+        assert_eq!(d[0].classes.len(), 2);
+        assert_eq!(
+            (d[0].classes[0].requests, d[0].classes[0].bytes),
+            (7, 28672)
+        );
+        assert_eq!(d[0].inflight, Inflight::default());
+        assert_eq!(
+            d[1].inflight,
+            Inflight {
+                queue: 1,
+                device: 2,
+                oldest_queue_seconds: 1.5,
+                oldest_device_seconds: 0.25
+            }
+        );
+        assert!(d[1].classes.is_empty());
+        let only = devices(&snap, Some("vda"));
+        assert_eq!(only.len(), 1);
+        assert!(devices(&snap, Some("sdz")).is_empty());
+    }
+}
