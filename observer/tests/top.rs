@@ -35,6 +35,8 @@ fn fio_reads(dev: &str, iops: u32) -> Bg {
             "--bs=4k",
             "--direct=1",
             "--ioengine=psync",
+            // One process (jobs as threads): killing it by its pid ends the job too.
+            "--thread",
             &format!("--rate_iops={iops}"),
             "--time_based",
             "--runtime=120",
@@ -137,8 +139,8 @@ fn top_rows_sort_slow_requests_and_quit() {
         (slow.name.clone(), plain.name.clone())
     };
     let path = |n: &str| format!("/dev/{n}");
-    let _fio_busy = fio_reads(&path(&busy), 400);
-    let _fio_calm = fio_reads(&path(&calm), 40);
+    let mut fio_busy = Some(fio_reads(&path(&busy), 400));
+    let mut fio_calm = Some(fio_reads(&path(&calm), 40));
     std::thread::sleep(Duration::from_secs(2));
 
     // One plain-text frame: the busy disk's reads against its /proc/diskstats over the run.
@@ -230,6 +232,13 @@ fn top_rows_sort_slow_requests_and_quit() {
     assert!(calm_at < busy_at, "DEVICE: {calm} above {busy}:\n{s}");
 
     // A write held on the FUSE-backed disk: stuck on its row, then in its slow-requests panel.
+    // Its reader stops first (the held write would hold its reads up too).
+    if slow.name == busy {
+        fio_busy.take();
+    } else {
+        fio_calm.take();
+    }
+    quiesce(&slow.name);
     let dd = named_dd("blkobs-topheld");
     let mut writer = slow.hold_write(|| {
         Command::new(&dd)

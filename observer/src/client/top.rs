@@ -649,9 +649,9 @@ fn panel_lines(device: &str, v: &Value) -> Vec<String> {
             s["age_seconds"].as_f64().unwrap_or(0.0),
             s["stage_seconds"].as_f64().unwrap_or(0.0),
             s["rwbs"].as_str().unwrap_or(""),
-            s["sector"],
-            s["bytes"],
-            s["submitter"]["pid"],
+            s["sector"].as_u64().unwrap_or(0),
+            s["bytes"].as_u64().unwrap_or(0),
+            s["submitter"]["pid"].as_u64().unwrap_or(0),
             s["submitter"]["comm"].as_str().unwrap_or(""),
         ));
     }
@@ -673,9 +673,9 @@ fn panel_lines(device: &str, v: &Value) -> Vec<String> {
             secs(&s["queue_seconds"]),
             secs(&s["device_seconds"]),
             secs(&s["total_seconds"]),
-            s["sector"],
-            s["bytes"],
-            s["submitter"]["pid"],
+            s["sector"].as_u64().unwrap_or(0),
+            s["bytes"].as_u64().unwrap_or(0),
+            s["submitter"]["pid"].as_u64().unwrap_or(0),
             s["submitter"]["comm"].as_str().unwrap_or(""),
         ));
     }
