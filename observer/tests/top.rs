@@ -11,9 +11,10 @@ use std::{
 
 use support::*;
 
-/// How far `observer top`'s IOPS may be from /proc/diskstats' rate over the run of
-/// `observer top --once` (which encloses top's own interval): 10 %, README "observer top".
-const IOPS_BOUND: f64 = 0.10;
+/// How far the busier disk's reads in `observer top`'s interval (IOPS × interval) may be
+/// from its /proc/diskstats reads: the rounding of the IOPS column to a whole number,
+/// 0.5 requests/s × the interval (README "observer top").
+const IOPS_ROUNDING: f64 = 0.5;
 
 /// A background process killed (by its pid) and reaped on drop.
 struct Bg(Child);
@@ -25,24 +26,32 @@ impl Drop for Bg {
     }
 }
 
-/// fio reading `dev` at `iops` (4 KiB direct random reads) for up to 2 minutes.
+/// fio reading `dev` at `iops` (4 KiB direct random reads): for up to 2 minutes, or `size`
+/// (each 4 KiB block of it once) when given.
+fn fio_reads_cmd(dev: &str, iops: u32, size: Option<&str>) -> Command {
+    let mut c = Command::new("fio");
+    c.args([
+        "--name=blkobs-top",
+        &format!("--filename={dev}"),
+        "--rw=randread",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=psync",
+        // One process (jobs as threads): killing it by its pid ends the job too.
+        "--thread",
+        &format!("--rate_iops={iops}"),
+        "--output=/dev/null",
+    ]);
+    match size {
+        Some(size) => c.arg(format!("--size={size}")),
+        None => c.args(["--time_based", "--runtime=120"]),
+    };
+    c.stdout(Stdio::null());
+    c
+}
+
 fn fio_reads(dev: &str, iops: u32) -> Bg {
-    Bg(Command::new("fio")
-        .args([
-            "--name=blkobs-top",
-            &format!("--filename={dev}"),
-            "--rw=randread",
-            "--bs=4k",
-            "--direct=1",
-            "--ioengine=psync",
-            // One process (jobs as threads): killing it by its pid ends the job too.
-            "--thread",
-            &format!("--rate_iops={iops}"),
-            "--time_based",
-            "--runtime=120",
-            "--output=/dev/null",
-        ])
-        .stdout(Stdio::null())
+    Bg(fio_reads_cmd(dev, iops, None)
         .spawn()
         .expect("starting fio"))
 }
@@ -139,34 +148,51 @@ fn top_rows_sort_slow_requests_and_quit() {
         (slow.name.clone(), plain.name.clone())
     };
     let path = |n: &str| format!("/dev/{n}");
-    let mut fio_busy = Some(fio_reads(&path(&busy), 400));
     let mut fio_calm = Some(fio_reads(&path(&calm), 40));
     std::thread::sleep(Duration::from_secs(2));
 
-    // One plain-text frame: the busy disk's reads against its /proc/diskstats over the run.
+    // One plain-text frame over 8 s, the busier disk read 800 times (4 KiB each, 400/s) from
+    // 2 s after top started: all inside top's interval, so its reads there (IOPS × interval)
+    // are the disk's /proc/diskstats reads over the whole run.
     let bin = observer_bin();
-    let before = (diskstats(&busy).reads, Instant::now());
-    let out = Command::new(&bin)
-        .args(["top", "--once", "--interval", "2", "--url", &url])
+    let before = diskstats(&busy).reads;
+    let top = Command::new(&bin)
+        .args(["top", "--once", "--interval", "8", "--url", &url])
         .args(["--device", &busy, "--device", &calm])
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    let after = (diskstats(&busy).reads, Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let fio = fio_reads_cmd(&path(&busy), 400, Some("3200k"))
+        .status()
+        .unwrap();
+    assert!(fio.success());
+    let out = top.wait_with_output().unwrap();
+    let witness = diskstats(&busy).reads - before;
     let frame = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{out:?}");
     eprintln!("{frame}");
     let (_, cells) = row(&frame, &busy, "read").unwrap_or_else(|| panic!("no {busy} read row"));
     let top_iops: f64 = cells[2].parse().unwrap();
-    let witness = (after.0 - before.0) as f64 / (after.1 - before.1).as_secs_f64();
+    let dt: f64 = frame
+        .split_whitespace()
+        .skip_while(|w| *w != "interval")
+        .nth(1)
+        .and_then(|v| v.trim_end_matches('s').parse().ok())
+        .unwrap_or_else(|| panic!("no interval in {frame}"));
+    let seen = top_iops * dt;
     eprintln!(
-        "{busy} reads: top {top_iops} IOPS, /proc/diskstats {witness:.1} IOPS over the run ({:+.2} %)",
-        (top_iops / witness - 1.0) * 100.0
+        "{busy} reads: top {top_iops} IOPS × {dt} s = {seen:.1}, /proc/diskstats {witness} \
+         (fio: 800); allowed {:.1}",
+        IOPS_ROUNDING * dt
     );
     assert!(
-        (top_iops - witness).abs() <= IOPS_BOUND * witness,
-        "top {top_iops} vs diskstats {witness:.1}"
+        (seen - witness as f64).abs() <= IOPS_ROUNDING * dt,
+        "top {top_iops} IOPS × {dt} s vs diskstats {witness}"
     );
     assert!(row(&frame, &calm, "read").is_some(), "{frame}");
+    let mut fio_busy = Some(fio_reads(&path(&busy), 400));
     // Without a terminal and without --once: an error naming what to use instead.
     let out = Command::new(&bin)
         .args(["top", "--url", &url])

@@ -360,7 +360,7 @@ const WIDTHS: [usize; 11] = [12, 8, 9, 9, 10, 10, 10, 10, 6, 9, 6];
 /// The title line of a frame.
 fn title(o: &Options, dt: f64, by: SortBy, reverse: bool) -> String {
     format!(
-        "observer top  {}  interval {:.1}s  sort {}{}",
+        "observer top  {}  interval {:.3}s  sort {}{}",
         o.url,
         dt,
         by.name(),
