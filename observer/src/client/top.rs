@@ -28,8 +28,17 @@ use ratatui::{
 };
 use serde_json::Value;
 
-use super::get;
+use super::get_within;
 use crate::collect::windows::percentile;
+
+/// How long one request to the daemon may take before the view shows an error and tries
+/// again (the keys stay unanswered meanwhile): 5 s.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `GET url` as JSON within [`TIMEOUT`].
+fn get(url: &str, accept: &str) -> Result<String> {
+    get_within(url, accept, TIMEOUT)
+}
 
 /// What `observer top` was asked for.
 #[derive(Clone, Debug)]
