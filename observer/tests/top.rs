@@ -16,6 +16,10 @@ use support::*;
 /// 0.5 requests/s × the interval (README "observer top").
 const IOPS_ROUNDING: f64 = 0.5;
 
+/// How far `observer top`'s D2C p50 of one request may be from that request's own device
+/// time: the width of a kernel bucket, at most 12.5 % of its lower edge (README "Buckets").
+const D2C_BUCKET: f64 = 0.125;
+
 /// A background process killed (by its pid) and reaped on drop.
 struct Bg(Child);
 
@@ -309,16 +313,40 @@ fn top_rows_sort_slow_requests_and_quit() {
     std::thread::sleep(Duration::from_millis(500));
     slow.knobs().release();
     assert!(writer.wait().unwrap().success());
+    // The refresh after its completion has a write row with its device time (D2C) for one
+    // interval: caught while waiting for the panel to list the write among the slow ones.
+    let d2c_seen = std::cell::Cell::new(None::<f64>);
     let s = tmux.wait(
         Duration::from_secs(10),
-        "the released write among the slow",
+        "the released write's D2C and the write among the slow",
         |s| {
-            s.contains(&format!("STUCK NOW on {}: 0", slow.name))
+            if let Some((_, c)) = row(s, &slow.name, "write") {
+                if let Some(v) = c[6].strip_suffix("ms").and_then(|v| v.parse::<f64>().ok()) {
+                    d2c_seen.set(Some(v / 1e3));
+                }
+            }
+            d2c_seen.get().is_some()
+                && s.contains(&format!("STUCK NOW on {}: 0", slow.name))
                 && s.lines()
                     .any(|l| l.contains("blkobs-topheld") && l.contains("WS"))
         },
     );
     eprintln!("{s}");
+    // Against the daemon's own record of that request: the interval's p50 of one sample lies
+    // in the sample's kernel bucket, at most D2C_BUCKET wide.
+    let v = json(
+        &daemon,
+        &format!("/stalls?device={}&format=json", slow.name),
+    );
+    let exact = slow_where(&v, |r| r["submitter"]["comm"] == "blkobs-topheld")[0]["device_seconds"]
+        .as_f64()
+        .unwrap();
+    let shown = d2c_seen.get().unwrap();
+    eprintln!("held write: top D2C-p50 {shown:.6} s, its slow record {exact:.6} s");
+    assert!(
+        (shown - exact).abs() <= D2C_BUCKET * exact,
+        "D2C-p50 {shown} vs {exact}"
+    );
     tmux.keys(&["Escape"]);
 
     // `q`: exits 0, off the alternate screen, the terminal's line discipline back on.
