@@ -33,6 +33,8 @@ APT_PKGS=(
   llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev
   # Tests: real filesystems, workloads, witnesses.
   xfsprogs e2fsprogs fio fsmark prometheus bpftool util-linux fdisk curl
+  # `observer top` is driven in a terminal multiplexer (tests/top.rs).
+  tmux
 )
 
 apt_ensure "the build and the tests" "${APT_PKGS[@]}"

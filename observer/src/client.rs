@@ -1,4 +1,7 @@
-//! `observer stalls` and `observer report`: terminal clients of a running daemon's API.
+//! `observer stalls`, `observer report` and `observer top` ([`top`]): terminal clients of a
+//! running daemon's API.
+
+pub mod top;
 
 use anyhow::{bail, Context, Result};
 
@@ -27,7 +30,13 @@ fn urlencode(s: &str) -> String {
 }
 
 fn get(url: &str, accept: &str) -> Result<String> {
-    match ureq::get(url).set("Accept", accept).timeout(std::time::Duration::from_secs(30)).call() {
+    get_within(url, accept, std::time::Duration::from_secs(30))
+}
+
+/// `GET url` with header `Accept: accept`, giving up after `timeout`; the body, or an error
+/// saying what the daemon answered or that it cannot be reached (and to check `--url`).
+fn get_within(url: &str, accept: &str, timeout: std::time::Duration) -> Result<String> {
+    match ureq::get(url).set("Accept", accept).timeout(timeout).call() {
         Ok(r) => Ok(r.into_string()?),
         Err(ureq::Error::Status(code, r)) => {
             let body = r.into_string().unwrap_or_default();

@@ -108,6 +108,24 @@ enum Command {
         #[arg(long, default_value = "60s")]
         since: String,
     },
+    /// Live view per device and op: IOPS, MB/s, queue (Q2D) and device (D2C) p50/p99, requests
+    /// in flight, stuck requests (GET /counters, /histograms, /stalls). Keys: q quit, s sort
+    /// column, r reverse, Up/Down select, Enter the selected device's slow requests.
+    Top {
+        /// The daemon's address.
+        #[arg(long, default_value = "http://127.0.0.1:9617")]
+        url: String,
+        /// Seconds between two reads of the daemon: rates and percentiles cover this interval.
+        #[arg(long, default_value_t = 2.0)]
+        interval: f64,
+        /// Print one plain-text frame (two reads --interval apart) and exit (scripts, tests;
+        /// needs no terminal).
+        #[arg(long)]
+        once: bool,
+        /// Only this device (kernel name; repeatable).
+        #[arg(long)]
+        device: Vec<String>,
+    },
 }
 
 /// The configuration file (if any) with the flags applied over it, validated.
@@ -196,6 +214,22 @@ fn main() -> ExitCode {
                 json,
             } => client::stalls(&url, device, since, min, limit, json),
             Command::Report { url, device, since } => client::report(&url, device, Some(since)),
+            Command::Top {
+                url,
+                interval,
+                once,
+                device,
+            } => match std::time::Duration::try_from_secs_f64(interval) {
+                Ok(interval) => client::top::run(client::top::Options {
+                    url,
+                    interval,
+                    once,
+                    devices: device,
+                }),
+                Err(_) => Err(anyhow::anyhow!(
+                    "--interval {interval}: give a number of seconds, e.g. 2 or 0.5"
+                )),
+            },
         };
         return match result {
             Ok(()) => ExitCode::SUCCESS,

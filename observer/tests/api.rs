@@ -158,6 +158,11 @@ fn api_rejects_bad_unknown_and_repeated_parameters() {
         ("/histograms?device=PART", 404, "device"),
         ("/histograms?device=DISK&device=DISK", 400, "device"),
         ("/histograms?bogus=1", 400, "bogus"),
+        // /counters: device.
+        ("/counters?since=1m", 400, "since"),
+        ("/counters?device=sdzz9", 404, "device"),
+        ("/counters?device=PART", 404, "device"),
+        ("/counters?device=DISK&device=DISK", 400, "device"),
         // Endpoints without parameters.
         ("/devices?bogus=1", 400, "bogus"),
         ("/devices?device=DISK", 400, "device"),
@@ -235,6 +240,8 @@ fn api_rejects_bad_unknown_and_repeated_parameters() {
         format!("/inflight?device={gone}"),
         format!("/histograms?device={d}&since=1m"),
         format!("/histograms?device={gone}"),
+        format!("/counters?device={majmin}"),
+        format!("/counters?device={gone}"),
         "/devices".into(),
         "/metrics".into(),
         "/healthz".into(),

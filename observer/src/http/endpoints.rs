@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use axum::routing::{get, MethodRouter};
 
-use super::{devices, histograms, inflight, landing, merges, metrics, openapi, params, stalls};
+use super::{
+    counters, devices, histograms, inflight, landing, merges, metrics, openapi, params, stalls,
+};
 use crate::state::AppState;
 
 /// One endpoint (every one answers `GET` only).
@@ -84,6 +86,14 @@ pub const ENDPOINTS: &[Endpoint] = &[
         in_openapi: true,
         params: &["device", "since"],
         handler: || get(histograms::get_histograms),
+    },
+    Endpoint {
+        path: "/counters",
+        about: "completed requests and bytes per device and class since start, requests in flight now and the oldest one's age (JSON)",
+        reads_maps: true,
+        in_openapi: true,
+        params: &["device"],
+        handler: || get(counters::get_counters),
     },
     Endpoint {
         path: "/devices",

@@ -1,12 +1,13 @@
 //! The HTTP layer: the router over the one endpoint table ([`endpoints`]) and one file per
 //! endpoint, with their query parameters parsed in [`params`]: `/` (an HTML page linking the
-//! others), `/metrics` (Prometheus text format, or
-//! protobuf with native histograms when the scraper asks for it), `/healthz`, `/stalls`, `/merges`,
-//! `/inflight`, `/histograms`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this
+//! others), `/metrics` (Prometheus text format, or protobuf with native histograms when the
+//! scraper asks for it), `/healthz`, `/stalls`, `/merges`, `/inflight`, `/histograms`,
+//! `/counters`, `/devices`, `/openapi.yaml`. Only [`crate::daemon`] uses this
 //! module.
 
 pub mod accept;
 pub mod auth;
+pub mod counters;
 pub mod devices;
 pub mod endpoints;
 pub mod histograms;
