@@ -282,6 +282,21 @@ pub fn run(root: &Path, mut args: MachineArgs) -> Result<()> {
 /// Builds (or reuses) `suite`'s image, builds the packages, boots the machine and checks every
 /// `BLKOBS-CHECK` line. Needs root (mkfs, qemu) and network access to deb.debian.org for the
 /// first image. Work files: target/machine/<suite>/.
+/// The version of the qemu that emulates the machines' disks (`qemu-system-x86_64 --version`:
+/// "QEMU emulator version 7.2.22 (Debian ...)" → "7.2.22").
+fn qemu_version() -> Result<String> {
+    let out = Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .context("running qemu-system-x86_64 --version (bash scripts/provision.sh)")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .skip_while(|w| *w != "version")
+        .nth(1)
+        .map(str::to_string)
+        .with_context(|| format!("no version in qemu-system-x86_64 --version: {text:?}"))
+}
+
 pub fn run_suite(root: &Path, suite: &str, args: &MachineArgs) -> Result<()> {
     let img = image(suite, args.rebuild_image)?;
     let work = root.join("target/machine").join(suite);
@@ -294,6 +309,9 @@ pub fn run_suite(root: &Path, suite: &str, args: &MachineArgs) -> Result<()> {
         pay.join("payload.sh"),
     )?;
     fs::write(pay.join("queries.tsv"), dashboard_queries(root)?)?;
+    // The NVMe disk's firmware revision as the emulator sets it (hw/nvme/ctrl.c: the
+    // controller's FR is QEMU_VERSION): the payload's witness where udev has none (bookworm).
+    fs::write(pay.join("qemu_version"), qemu_version()?)?;
     mkfs_ext4("blkobs-pay", &pay, &work.join("payload.img"), "256M")?;
     crate::run(
         Command::new("qemu-img")
