@@ -58,7 +58,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         about: "slow requests, requests stuck right now, stall episodes (text; <code>?format=json</code>)",
         reads_maps: true,
         in_openapi: true,
-        params: &["device", "since", "min", "limit", "format"],
+        params: &["device", "since", "min", "limit", "format", "id"],
         handler: || get(stalls::get_stalls),
     },
     Endpoint {
@@ -153,7 +153,7 @@ mod tests {
     fn accepted_parameters() {
         assert_eq!(accepted("/inflight"), ["device", "min", "limit"]);
         assert!(accepted("/devices").is_empty());
-        let known = ["device", "since", "min", "limit", "format"];
+        let known = ["device", "since", "min", "limit", "format", "id"];
         for e in ENDPOINTS {
             assert!(e.params.iter().all(|p| known.contains(p)), "{}", e.path);
         }
