@@ -30,6 +30,14 @@ const BUILTINS: &[(&str, &str)] = &[
     ("__range", "1m"),
 ];
 
+/// Series of one (device, class, stage) latency histogram with the default buckets: 27 `le`
+/// buckets, +Inf, `_sum`, `_count` (README "Series count").
+const HISTOGRAM_SERIES: usize = 30;
+
+/// At most this many series name one busy disk in the live test's workload (README "Series
+/// budget per host": the same number).
+const SERIES_PER_BUSY_DISK: usize = 2000;
+
 struct Dashboard {
     file: String,
     json: Value,
@@ -654,6 +662,58 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
             }
         }
     }
+    // The series budget of one busy disk (README "Series budget per host"), from what
+    // Prometheus stored of this scrape target: every series naming the device, by family, and
+    // the latency histogram's series per (class, stage).
+    let series_of = |sel: &str| -> usize {
+        prom_get(
+            &base,
+            "/api/v1/query",
+            &[("query", &format!("count({sel})"))],
+        )
+        .ok()
+        .and_then(|d| d["result"][0]["value"][1].as_str()?.parse::<f64>().ok())
+        .unwrap_or(0.0) as usize
+    };
+    let on_disk = series_of(&format!("{{device=\"{}\"}}", dev.name));
+    let latency = series_of(&format!(
+        "{{__name__=~\"blkobs_request_latency_seconds_(bucket|sum|count)\",device=\"{}\"}}",
+        dev.name
+    ));
+    let latency_series = series_of(&format!(
+        "blkobs_request_latency_seconds_count{{device=\"{}\"}}",
+        dev.name
+    ));
+    if let Ok(d) = prom_get(
+        &base,
+        "/api/v1/query",
+        &[(
+            "query",
+            &format!(
+                "sort_desc(count by (__name__) ({{device=\"{}\"}}))",
+                dev.name
+            ),
+        )],
+    ) {
+        for r in d["result"].as_array().into_iter().flatten() {
+            eprintln!("series {} {}", r["value"][1], r["metric"]["__name__"]);
+        }
+    }
+    eprintln!(
+        "series budget: {on_disk} series name {} (a busy XFS disk: fio reads, writes, O_DSYNC writes + fsync); \
+         latency histogram {latency} series = {latency_series} (class, stage) x {}",
+        dev.name,
+        latency as f64 / latency_series.max(1) as f64
+    );
+    assert_eq!(
+        latency,
+        latency_series * HISTOGRAM_SERIES,
+        "each (device, class, stage) latency histogram is 27 buckets + +Inf + _sum + _count"
+    );
+    assert!(
+        on_disk > 0 && on_disk <= SERIES_PER_BUSY_DISK,
+        "{on_disk} series on one busy disk: README says at most {SERIES_PER_BUSY_DISK}"
+    );
     fio.signal(libc::SIGINT);
     let _ = fio.wait_timeout(Duration::from_secs(10));
     drop(fio);
