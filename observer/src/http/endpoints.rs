@@ -39,7 +39,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     },
     Endpoint {
         path: "/metrics",
-        about: "Prometheus metrics (text exposition format)",
+        about: "Prometheus metrics (text exposition format; OpenMetrics 1.0 with exemplars when the scraper asks for it)",
         reads_maps: true,
         in_openapi: false,
         params: &[],
