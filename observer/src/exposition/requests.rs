@@ -178,9 +178,12 @@ pub fn latency(
             }
             let mut values = class_label_values(dev, *class);
             values.push(stage.name());
-            let mine = ex
-                .remove(&(dev.clone(), *class, stage as u8))
-                .unwrap_or_default();
+            let mine = if ex.is_empty() {
+                Vec::new() // the text format, or no exemplar kept: no key to build
+            } else {
+                ex.remove(&(dev.clone(), *class, stage as u8))
+                    .unwrap_or_default()
+            };
             let mine: Vec<(usize, &Exemplar)> = mine.iter().map(|(i, e)| (*i, e)).collect();
             f.histogram_with_exemplars(
                 &values,
