@@ -272,7 +272,9 @@ pub mod model {
     }
 }
 
-use model::{Bucket, BucketSpan, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily};
+use model::{
+    Bucket, BucketSpan, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, Timestamp,
+};
 
 /// Appends families in the delimited protobuf format to one buffer.
 #[derive(Debug)]
@@ -368,6 +370,26 @@ fn set_native(h: &mut Histogram, n: &NativeBuckets) {
     h.positive_delta = deltas;
 }
 
+/// A classic bucket's `Exemplar`: the `request_id` label, the value, the completion time;
+/// `None` if its label set exceeds the OpenMetrics limit ([`super::text::Exemplar::fits`]),
+/// which Prometheus also enforces on protobuf exemplars.
+fn exemplar(e: &super::Exemplar) -> Option<model::Exemplar> {
+    e.fits().then(|| {
+        let ms = (e.timestamp * 1e3).round() as i64;
+        model::Exemplar {
+            label: vec![LabelPair {
+                name: Some("request_id".to_string()),
+                value: Some(e.request_id.clone()),
+            }],
+            value: Some(e.value),
+            timestamp: Some(Timestamp {
+                seconds: ms.div_euclid(1000),
+                nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+            }),
+        }
+    })
+}
+
 impl MetricWriter for ProtoWriter {
     fn header(&mut self, desc: &MetricDesc) {
         self.flush();
@@ -413,9 +435,15 @@ impl MetricWriter for ProtoWriter {
                 .upper()
                 .iter()
                 .zip(s.cumulative)
-                .map(|(&le, &c)| Bucket {
+                .enumerate()
+                .map(|(i, (&le, &c))| Bucket {
                     cumulative_count: Some(c),
                     upper_bound: Some(le),
+                    exemplar: s
+                        .exemplars
+                        .iter()
+                        .find(|(j, _)| *j == i)
+                        .and_then(|(_, e)| exemplar(e)),
                     ..Bucket::default()
                 })
                 .collect();
@@ -429,6 +457,12 @@ impl MetricWriter for ProtoWriter {
             ..Metric::default()
         };
         self.push(desc, m);
+    }
+
+    /// Exemplars go on the classic buckets (`Bucket.exemplar`), where Prometheus reads them
+    /// from a protobuf scrape; a series exported with native buckets only has none.
+    fn wants_exemplars(&self) -> bool {
+        true
     }
 
     /// Counters and gauges of the crate's families (the process collector has nothing else);
