@@ -628,3 +628,56 @@ pub fn native_buckets(h: &Histogram) -> Vec<(f64, f64, u64)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::{text::Bounds, Exemplar};
+    use prometheus::proto::MetricType;
+
+    /// Exemplars go into the classic buckets' `exemplar` (label `request_id`, value, timestamp);
+    /// one on the +Inf bucket (not listed) or too long is left out.
+    #[test]
+    fn exemplars_on_classic_buckets() {
+        const H: MetricDesc = MetricDesc {
+            name: "t_latency_seconds",
+            help: "A histogram.",
+            kind: MetricType::HISTOGRAM,
+            labels: &["device"],
+        };
+        let ex = Exemplar {
+            request_id: "1764865123-42".into(),
+            value: 0.0008,
+            timestamp: 1764865123.4567,
+        };
+        let too_long = Exemplar {
+            request_id: "x".repeat(crate::exposition::text::EXEMPLAR_MAX_LABEL_CHARS),
+            ..ex.clone()
+        };
+        let b = Bounds::new(&[0.001, 1.0]);
+        let mut w = ProtoWriter::new(true);
+        let dw: &mut dyn MetricWriter = &mut w;
+        assert!(dw.wants_exemplars());
+        dw.family(&H).native_histogram(
+            &["d"],
+            &HistogramSeries {
+                bounds: &b,
+                cumulative: &[1, 2],
+                count: 3,
+                sum: 0.5,
+                native: None,
+                exemplars: &[(0, ex.clone()), (1, too_long), (2, ex)],
+            },
+        );
+        let fams = decode(&w.finish()).unwrap();
+        let buckets = &fams[0].metric[0].histogram.as_ref().unwrap().bucket;
+        assert_eq!(buckets.len(), 2);
+        let e = buckets[0].exemplar.as_ref().expect("exemplar of bucket 0");
+        assert_eq!(e.label[0].name.as_deref(), Some("request_id"));
+        assert_eq!(e.label[0].value.as_deref(), Some("1764865123-42"));
+        assert_eq!(e.value, Some(0.0008));
+        let ts = e.timestamp.as_ref().unwrap();
+        assert_eq!((ts.seconds, ts.nanos), (1764865123, 457_000_000));
+        assert!(buckets[1].exemplar.is_none());
+    }
+}
