@@ -30,6 +30,14 @@ const BUILTINS: &[(&str, &str)] = &[
     ("__range", "1m"),
 ];
 
+/// Series of one (device, class, stage) latency histogram with the default buckets: 27 `le`
+/// buckets, +Inf, `_sum`, `_count` (README "Series count").
+const HISTOGRAM_SERIES: usize = 30;
+
+/// At most this many series name one busy disk in the live test's workload (README "Series
+/// budget per host": the same number).
+const SERIES_PER_BUSY_DISK: usize = 2000;
+
 struct Dashboard {
     file: String,
     json: Value,
@@ -119,6 +127,16 @@ fn variables(d: &Value) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// Template variable names in the dashboard's order.
+fn variable_order(d: &Value) -> Vec<String> {
+    d["templating"]["list"]
+        .as_array()
+        .expect("templating.list")
+        .iter()
+        .filter_map(|v| v["name"].as_str().map(String::from))
+        .collect()
+}
+
 /// Names used as `$name` or `${name}` (also `${name:fmt}`) in a string.
 fn used_vars(s: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -197,6 +215,29 @@ fn dashboards_are_well_formed() {
         match vars.get("device") {
             Some(v) if v["type"] == "query" && is_ds_ref(&v["datasource"]) => {}
             _ => bad("no `device` query variable on ${datasource}".into()),
+        }
+        // A fleet: every dashboard selects instances, and its devices are those of the
+        // selected instances (so `instance` comes first: Grafana resolves in list order).
+        let order = variable_order(d);
+        let pos = |n: &str| order.iter().position(|x| x == n);
+        match (vars.get("instance"), pos("instance"), pos("device")) {
+            (Some(v), Some(i), Some(j)) if v["type"] == "query" && v["multi"] == true && i < j => {}
+            _ => bad("no multi-value `instance` query variable before `device`".into()),
+        }
+        if !vars
+            .get("device")
+            .and_then(|v| v["query"]["query"].as_str())
+            .is_some_and(|q| q.contains("instance=~\"$instance\""))
+        {
+            bad("the `device` variable does not follow `$instance`".into());
+        }
+        if let Some(m) = vars.get("model") {
+            if m["allValue"] != ".*" {
+                bad(
+                    "variable model: allValue must be .* (disks without a model have model=\"\")"
+                        .into(),
+                );
+            }
         }
         for (name, v) in &vars {
             if v["type"] == "query" {
@@ -280,6 +321,11 @@ fn dashboards_are_well_formed() {
                 if e.trim().is_empty() {
                     bad(format!("panel {title:?} {r}: empty expr"));
                 }
+                if e.contains("$device") && !e.contains("instance=~\"$instance\"") {
+                    bad(format!(
+                        "panel {title:?} {r}: selects $device but not $instance"
+                    ));
+                }
                 for v in used_vars(e) {
                     if !vars.contains_key(&v) && !BUILTINS.iter().any(|(b, _)| *b == v) {
                         bad(format!("panel {title:?} {r}: undefined variable ${v}"));
@@ -353,9 +399,14 @@ fn prom_get(base: &str, path: &str, params: &[(&str, &str)]) -> Result<Value, St
 }
 
 /// Debian's Prometheus scraping the daemon on 127.0.0.1:`port` every second (rules evaluated
-/// every second), with `rules` loaded if given; its TSDB and log in `dir`. Returns the process,
-/// its base URL and its log file.
-fn prometheus(dir: &TempDir, port: u16, rules: Option<&Path>) -> (ChildGuard, String, PathBuf) {
+/// every second), with `rules` loaded if given and `features` (`--enable-feature=`) enabled;
+/// its TSDB and log in `dir`. Returns the process, its base URL and its log file.
+fn prometheus(
+    dir: &TempDir,
+    port: u16,
+    rules: Option<&Path>,
+    features: &[&str],
+) -> (ChildGuard, String, PathBuf) {
     let pport = free_port();
     let pcfg = dir.join("prometheus.yml");
     let rule_files = rules.map_or(String::new(), |r| {
@@ -377,6 +428,9 @@ fn prometheus(dir: &TempDir, port: u16, rules: Option<&Path>) -> (ChildGuard, St
         ))
         .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
         .arg("--storage.tsdb.retention.time=1h");
+    for f in features {
+        pcmd.arg(format!("--enable-feature={f}"));
+    }
     let plog = dir.join("prometheus.log");
     let prom = ChildGuard::spawn(pcmd, "prometheus", &plog);
     (prom, format!("http://127.0.0.1:{pport}"), plog)
@@ -502,7 +556,7 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     fio_cmd.arg(&job);
     let mut fio = ChildGuard::spawn(fio_cmd, "fio", &dir.join("fio.log"));
 
-    let (mut prom, base, plog) = prometheus(&dir, port, None);
+    let (mut prom, base, plog) = prometheus(&dir, port, None, &[]);
 
     // Wait until Prometheus holds ≥ 15 s of scrapes of every class the workload makes
     // (flushes are the last to appear) and the target is healthy.
@@ -545,7 +599,10 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         values.insert("device".into(), dev.name.clone());
-        for (name, v) in &vars {
+        // In the dashboard's order, as Grafana resolves them: `device` uses `$instance`.
+        for name in variable_order(&json) {
+            let v = &vars[&name];
+            let name = &name;
             if v["type"] != "query" {
                 continue;
             }
@@ -572,7 +629,13 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
                         .as_array()
                         .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
                         .unwrap_or_default();
-                    if got.is_empty() || (name == "device" && !got.contains(&dev.name.as_str())) {
+                    // A variable whose "All" matches the empty value (`model`: loop disks have
+                    // none) may list no value, if its series exist.
+                    let empty_ok = v["allValue"] == ".*"
+                        && instant(&base, &format!("count({series})")).is_ok();
+                    if (got.is_empty() && !empty_ok)
+                        || (name == "device" && !got.contains(&dev.name.as_str()))
+                    {
                         failures.push(format!("{file}: variable {name} = {q}: values {got:?}"));
                     }
                 }
@@ -599,6 +662,58 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
             }
         }
     }
+    // The series budget of one busy disk (README "Series budget per host"), from what
+    // Prometheus stored of this scrape target: every series naming the device, by family, and
+    // the latency histogram's series per (class, stage).
+    let series_of = |sel: &str| -> usize {
+        prom_get(
+            &base,
+            "/api/v1/query",
+            &[("query", &format!("count({sel})"))],
+        )
+        .ok()
+        .and_then(|d| d["result"][0]["value"][1].as_str()?.parse::<f64>().ok())
+        .unwrap_or(0.0) as usize
+    };
+    let on_disk = series_of(&format!("{{device=\"{}\"}}", dev.name));
+    let latency = series_of(&format!(
+        "{{__name__=~\"blkobs_request_latency_seconds_(bucket|sum|count)\",device=\"{}\"}}",
+        dev.name
+    ));
+    let latency_series = series_of(&format!(
+        "blkobs_request_latency_seconds_count{{device=\"{}\"}}",
+        dev.name
+    ));
+    if let Ok(d) = prom_get(
+        &base,
+        "/api/v1/query",
+        &[(
+            "query",
+            &format!(
+                "sort_desc(count by (__name__) ({{device=\"{}\"}}))",
+                dev.name
+            ),
+        )],
+    ) {
+        for r in d["result"].as_array().into_iter().flatten() {
+            eprintln!("series {} {}", r["value"][1], r["metric"]["__name__"]);
+        }
+    }
+    eprintln!(
+        "series budget: {on_disk} series name {} (a busy XFS disk: fio reads, writes, O_DSYNC writes + fsync); \
+         latency histogram {latency} series = {latency_series} (class, stage) x {}",
+        dev.name,
+        latency as f64 / latency_series.max(1) as f64
+    );
+    assert_eq!(
+        latency,
+        latency_series * HISTOGRAM_SERIES,
+        "each (device, class, stage) latency histogram is 27 buckets + +Inf + _sum + _count"
+    );
+    assert!(
+        on_disk > 0 && on_disk <= SERIES_PER_BUSY_DISK,
+        "{on_disk} series on one busy disk: README says at most {SERIES_PER_BUSY_DISK}"
+    );
     fio.signal(libc::SIGINT);
     let _ = fio.wait_timeout(Duration::from_secs(10));
     drop(fio);
@@ -704,7 +819,7 @@ fn stuck_request_alert_fires_for_real() {
     ]);
     let _daemon = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
     let rules = repo_root().join("packaging/blkobs-rules.yml");
-    let (mut prom, base, plog) = prometheus(&dir, port, Some(&rules));
+    let (mut prom, base, plog) = prometheus(&dir, port, Some(&rules), &[]);
     let up = wait_for(Duration::from_secs(60), || {
         assert!(
             prom.running(),
@@ -768,4 +883,201 @@ fn stuck_request_alert_fires_for_real() {
         ended.is_some(),
         "BlkobsRequestsStuck still firing 30 s after the release"
     );
+}
+
+/// Exemplars for real: Debian's Prometheus 2.42 with `--enable-feature=exemplar-storage`
+/// scrapes the daemon (it asks for OpenMetrics first), a direct write is held 1.5 s at a
+/// FUSE-backed disk (slow: over the default 100 ms total threshold), and Prometheus' exemplar
+/// API (`/api/v1/query_exemplars`) returns exemplars of `blkobs_request_latency_seconds_bucket`
+/// on that disk whose `request_id` the daemon's `/stalls?id=` resolves to that write: same
+/// device and op, the exemplar's value equal to the request's latency in the series' stage,
+/// within the bucket's `le`; the device stage's at least the time it was held.
+#[test]
+fn exemplar_names_the_slow_request() {
+    if !require_root_and(&["prometheus", "losetup"]) {
+        return;
+    }
+    let dir = TempDir::new("blkobs-exemplar");
+    let disk = SlowDisk::new(16, "none");
+    let port = free_port();
+    let mut cmd = Command::new(observer_bin());
+    cmd.args([
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--device",
+        &disk.name,
+    ]);
+    let daemon = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
+    let (mut prom, base, plog) = prometheus(&dir, port, None, &["exemplar-storage"]);
+    let up = wait_for(Duration::from_secs(60), || {
+        assert!(
+            prom.running(),
+            "prometheus exited:\n{}",
+            std::fs::read_to_string(&plog).unwrap_or_default()
+        );
+        (instant(&base, "up{job=\"blkobs\"} == 1").ok()? == 1).then_some(())
+    });
+    assert!(up.is_some(), "the daemon never scraped up");
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - 5.0;
+    let held = Duration::from_millis(1500);
+    let dd = named_dd("blkobs-exemplwr");
+    let mut child = disk.hold_write(|| {
+        Command::new(&dd)
+            .args([
+                "if=/dev/zero",
+                &format!("of={}", disk.path),
+                "bs=4k",
+                "count=1",
+                "oflag=direct",
+                "status=none",
+            ])
+            .spawn()
+            .unwrap()
+    });
+    std::thread::sleep(held);
+    disk.knobs().release();
+    assert!(child.wait().unwrap().success(), "the held write failed");
+    let query = format!(
+        "blkobs_request_latency_seconds_bucket{{device=\"{}\"}}",
+        disk.name
+    );
+    let exemplars = |end: f64| -> Option<Vec<(Value, Value)>> {
+        let data = prom_get(
+            &base,
+            "/api/v1/query_exemplars",
+            &[
+                ("query", &query),
+                ("start", &format!("{start:.3}")),
+                ("end", &format!("{end:.3}")),
+            ],
+        )
+        .ok()?;
+        let all: Vec<(Value, Value)> = data
+            .as_array()?
+            .iter()
+            .flat_map(|s| {
+                let labels = s["seriesLabels"].clone();
+                s["exemplars"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |e| (labels.clone(), e))
+            })
+            .collect();
+        // Until one request has exemplars in all three stages (the held write: queue, device,
+        // total); other slow requests of the disk may have some too.
+        let mut per_id: BTreeMap<String, usize> = BTreeMap::new();
+        for (_, e) in &all {
+            *per_id
+                .entry(e["labels"]["request_id"].to_string())
+                .or_default() += 1;
+        }
+        per_id.values().any(|&n| n >= 3).then_some(all)
+    };
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let found = wait_for(Duration::from_secs(30), || exemplars(now() + 5.0));
+    let found = found.unwrap_or_else(|| {
+        panic!(
+            "no exemplars of {query} in Prometheus within 30 s: {:?}; the daemon's OpenMetrics: {}",
+            prom_get(
+                &base,
+                "/api/v1/query_exemplars",
+                &[
+                    ("query", &query),
+                    ("start", &format!("{start:.3}")),
+                    ("end", &format!("{:.3}", now() + 5.0))
+                ]
+            ),
+            openmetrics(&daemon)
+                .lines()
+                .filter(|l| l.contains(" # {"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    });
+    let mut stages = BTreeSet::new();
+    for (series, e) in &found {
+        eprintln!("exemplar: {series} {e}");
+        let id = e["labels"]["request_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("exemplar without request_id: {e}"));
+        assert_eq!(
+            e["labels"].as_object().map(|l| l.len()),
+            Some(1),
+            "only request_id, no pid/comm: {e}"
+        );
+        let (status, body) = daemon.get(&format!("/stalls?id={id}&format=json")).unwrap();
+        assert_eq!(status, 200, "/stalls?id={id}: {body}");
+        let report: Value = serde_json::from_str(&body).unwrap();
+        let slow = report["slow"].as_array().unwrap();
+        assert_eq!(slow.len(), 1, "{report}");
+        let r = &slow[0];
+        eprintln!("  /stalls?id={id}: {r}");
+        assert_eq!(r["id"], id);
+        assert_eq!(r["device"], disk.name.as_str(), "{r}");
+        assert_eq!(r["op"], "write", "{r}");
+        assert_eq!(series["op"], "write", "{series}");
+        assert_eq!(series["device"], disk.name.as_str(), "{series}");
+        assert_eq!(
+            series["fua"],
+            r["flags"]
+                .as_array()
+                .unwrap()
+                .contains(&"fua".into())
+                .to_string(),
+            "{series} vs {r}"
+        );
+        let stage = series["stage"].as_str().unwrap();
+        let value: f64 = e["value"].as_str().unwrap().parse().unwrap();
+        let want = r[&format!("{stage}_seconds")].as_f64().unwrap();
+        assert!(
+            (value - want).abs() < 1e-6,
+            "exemplar {value} s vs the request's {stage} {want} s"
+        );
+        let le: f64 = series["le"].as_str().unwrap().parse().unwrap();
+        assert!(value <= le, "{value} s above its bucket's le {le}");
+        let ts = e["timestamp"].as_f64().unwrap();
+        assert!(ts >= start && ts <= now(), "exemplar timestamp {ts}");
+        if r["submitter"]["comm"] != "blkobs-exemplwr" {
+            continue; // another slow request of the disk (resolved and checked all the same)
+        }
+        if stage == "device" {
+            assert!(
+                value >= held.as_secs_f64(),
+                "device {value} s, held {held:?}"
+            );
+        }
+        assert!(
+            stages.insert(stage.to_string()),
+            "two exemplars of the write for {stage}"
+        );
+    }
+    assert_eq!(
+        stages,
+        ["device", "queue", "total"].map(String::from).into(),
+        "one exemplar per stage of the held write (submitted by blkobs-exemplwr)"
+    );
+    // An id this daemon does not keep: 404 naming the parameter.
+    let (status, body) = daemon.get("/stalls?id=1-1").unwrap();
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("\"parameter\":\"id\""), "{body}");
+}
+
+/// `/metrics` as Prometheus 2.42 asks for it (OpenMetrics first).
+fn openmetrics(d: &Daemon) -> String {
+    ureq::get(&format!("http://{}/metrics", d.addr))
+        .set("Accept", "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+        .call()
+        .map(|r| r.into_string().unwrap_or_default())
+        .unwrap_or_else(|e| format!("{e}"))
 }

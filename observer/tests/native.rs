@@ -179,12 +179,14 @@ fn text_and_protobuf_scrapes_agree() {
         .is_some_and(|c| c.0 >= 2));
     assert!(requests > 100.0, "{requests}");
 
-    // Any other Accept: text.
-    for accept in [
-        "*/*",
-        "text/plain",
-        "application/openmetrics-text;version=1.0.0",
-    ] {
+    // OpenMetrics when preferred (with its exemplars: tests/dashboards.rs), any other Accept:
+    // text.
+    let (ct, body) = scrape_as(&d, "application/openmetrics-text;version=1.0.0");
+    assert!(
+        ct.starts_with("application/openmetrics-text; version=1.0.0") && body.ends_with(b"# EOF\n"),
+        "{ct}"
+    );
+    for accept in ["*/*", "text/plain", "application/json"] {
         let (ct, _) = scrape_as(&d, accept);
         assert!(
             ct.starts_with("text/plain; version=0.0.4"),

@@ -54,8 +54,9 @@ no_progs() { n=$(our_progs); echo "observer's BPF programs loaded: $n"; [ "$n" -
 # Prometheus (Debian's) and the dashboards' own queries (queries.tsv: file, panel, legend, expr).
 PROM=http://127.0.0.1:9090
 promq() { curl -sf --data-urlencode "query=$1" $PROM/api/v1/query; }
-subst() { # expr window device: Grafana's variables as a dashboard user would pick them
-  printf '%s' "$1" | sed -e "s/\$__rate_interval/$2/g" -e "s/\${device}/$3/g" -e "s/\$device/$3/g" -e "s/\$op/.+/g"
+subst() { # expr window device: Grafana's variables as a dashboard user would pick them (instance: All = .+, model: All = .*, which includes disks without a model)
+  printf '%s' "$1" | sed -e "s/\$__rate_interval/$2/g" -e "s/\${device}/$3/g" -e "s/\$device/$3/g" -e "s/\$op/.+/g" \
+    -e "s/\${instance}/.+/g" -e "s/\$instance/.+/g" -e "s/\${model}/.*/g" -e "s/\$model/.*/g"
 }
 dash_q() { # file panel-title legend: that panel's expression
   awk -F '\t' -v f="$1" -v t="$2" -v l="$3" '$1 == f && $2 == t && $3 == l { print $4; exit }' $P/queries.tsv

@@ -76,11 +76,14 @@ where
     if let Some(log) = probes.kernel_log.take() {
         kernel_log::spawn_reader(log).context("polling the AYA_LOGS ring buffer")?;
     }
+    let buckets = BucketMap::new(&cfg.histogram.buckets);
+    let mut history = History::new(cfg.stalls.history_requests, cfg.stalls.history_episodes);
+    history.exemplars.set_targets(buckets.targets());
     let state = Arc::new(AppState {
         maps,
         runtime: RwLock::new(ReloadableSettings {
             filter: DeviceFilter::new(&cfg.devices),
-            buckets: BucketMap::new(&cfg.histogram.buckets),
+            buckets,
             classic_in_protobuf: cfg.histogram.classic_in_protobuf,
             settings: cfg.kernel_settings(),
             forget_after: cfg.devices.forget_after,
@@ -90,10 +93,7 @@ where
         reaper: Mutex::new(Reaper::new(request_probe.clone())),
         gone: Mutex::default(),
         request_probe,
-        history: Mutex::new(History::new(
-            cfg.stalls.history_requests,
-            cfg.stalls.history_episodes,
-        )),
+        history: Mutex::new(history),
         windows: Mutex::new(HistogramWindows::default()),
         fslog: Arc::default(),
         http_rejected: Arc::default(),

@@ -168,6 +168,16 @@ where
             rt.classic_in_protobuf = new.histogram.classic_in_protobuf;
             rt.forget_after = new.devices.forget_after;
             rt.settings = settings;
+            let targets = rt.buckets.targets().to_vec();
+            drop(rt);
+            // Exemplars of buckets that no longer exist are forgotten. Not under the runtime
+            // lock: `/stalls` takes the history lock, then the runtime lock.
+            self.state
+                .history
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .exemplars
+                .set_targets(&targets);
         }
         if let Some(warning) = web::exposure_warning(current.listen, web.as_ref()) {
             warn!("{warning}");

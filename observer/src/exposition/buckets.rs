@@ -38,6 +38,13 @@ impl BucketMap {
         }
     }
 
+    /// For each kernel bucket ([`observer_common::hist`]): the index of the exported bound it
+    /// is counted under (`bounds.len()`: only in +Inf). What the exemplar store folds slow
+    /// requests' latencies with (`collect::exemplars::Exemplars::set_targets`).
+    pub fn targets(&self) -> &[usize] {
+        &self.target
+    }
+
     /// Cumulative counts per exported bound (without +Inf) from kernel bucket counts.
     pub fn cumulative(&self, kernel: &[u64]) -> Vec<u64> {
         let mut per = vec![0u64; self.bounds.len() + 1];

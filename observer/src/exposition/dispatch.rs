@@ -119,6 +119,7 @@ pub fn families(w: &mut dyn MetricWriter, s: &Snapshot) {
                     count: h.count,
                     sum: h.sum as f64,
                     native: Some(NativeSource::RequestSize(&t.dispatch.size)),
+                    exemplars: &[],
                 },
             );
         }

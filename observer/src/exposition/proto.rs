@@ -272,7 +272,9 @@ pub mod model {
     }
 }
 
-use model::{Bucket, BucketSpan, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily};
+use model::{
+    Bucket, BucketSpan, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, Timestamp,
+};
 
 /// Appends families in the delimited protobuf format to one buffer.
 #[derive(Debug)]
@@ -368,6 +370,26 @@ fn set_native(h: &mut Histogram, n: &NativeBuckets) {
     h.positive_delta = deltas;
 }
 
+/// A classic bucket's `Exemplar`: the `request_id` label, the value, the completion time;
+/// `None` if its label set exceeds the OpenMetrics limit ([`super::text::Exemplar::fits`]),
+/// which Prometheus also enforces on protobuf exemplars.
+fn exemplar(e: &super::Exemplar) -> Option<model::Exemplar> {
+    e.fits().then(|| {
+        let ms = (e.timestamp * 1e3).round() as i64;
+        model::Exemplar {
+            label: vec![LabelPair {
+                name: Some("request_id".to_string()),
+                value: Some(e.request_id.clone()),
+            }],
+            value: Some(e.value),
+            timestamp: Some(Timestamp {
+                seconds: ms.div_euclid(1000),
+                nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+            }),
+        }
+    })
+}
+
 impl MetricWriter for ProtoWriter {
     fn header(&mut self, desc: &MetricDesc) {
         self.flush();
@@ -413,9 +435,15 @@ impl MetricWriter for ProtoWriter {
                 .upper()
                 .iter()
                 .zip(s.cumulative)
-                .map(|(&le, &c)| Bucket {
+                .enumerate()
+                .map(|(i, (&le, &c))| Bucket {
                     cumulative_count: Some(c),
                     upper_bound: Some(le),
+                    exemplar: s
+                        .exemplars
+                        .iter()
+                        .find(|(j, _)| *j == i)
+                        .and_then(|(_, e)| exemplar(e)),
                     ..Bucket::default()
                 })
                 .collect();
@@ -429,6 +457,12 @@ impl MetricWriter for ProtoWriter {
             ..Metric::default()
         };
         self.push(desc, m);
+    }
+
+    /// Exemplars go on the classic buckets (`Bucket.exemplar`), where Prometheus reads them
+    /// from a protobuf scrape; a series exported with native buckets only has none.
+    fn wants_exemplars(&self) -> bool {
+        true
     }
 
     /// Counters and gauges of the crate's families (the process collector has nothing else);
@@ -593,4 +627,57 @@ pub fn native_buckets(h: &Histogram) -> Vec<(f64, f64, u64)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::{text::Bounds, Exemplar};
+    use prometheus::proto::MetricType;
+
+    /// Exemplars go into the classic buckets' `exemplar` (label `request_id`, value, timestamp);
+    /// one on the +Inf bucket (not listed) or too long is left out.
+    #[test]
+    fn exemplars_on_classic_buckets() {
+        const H: MetricDesc = MetricDesc {
+            name: "t_latency_seconds",
+            help: "A histogram.",
+            kind: MetricType::HISTOGRAM,
+            labels: &["device"],
+        };
+        let ex = Exemplar {
+            request_id: "1764865123-42".into(),
+            value: 0.0008,
+            timestamp: 1764865123.4567,
+        };
+        let too_long = Exemplar {
+            request_id: "x".repeat(crate::exposition::text::EXEMPLAR_MAX_LABEL_CHARS),
+            ..ex.clone()
+        };
+        let b = Bounds::new(&[0.001, 1.0]);
+        let mut w = ProtoWriter::new(true);
+        let dw: &mut dyn MetricWriter = &mut w;
+        assert!(dw.wants_exemplars());
+        dw.family(&H).native_histogram(
+            &["d"],
+            &HistogramSeries {
+                bounds: &b,
+                cumulative: &[1, 2],
+                count: 3,
+                sum: 0.5,
+                native: None,
+                exemplars: &[(0, ex.clone()), (1, too_long), (2, ex)],
+            },
+        );
+        let fams = decode(&w.finish()).unwrap();
+        let buckets = &fams[0].metric[0].histogram.as_ref().unwrap().bucket;
+        assert_eq!(buckets.len(), 2);
+        let e = buckets[0].exemplar.as_ref().expect("exemplar of bucket 0");
+        assert_eq!(e.label[0].name.as_deref(), Some("request_id"));
+        assert_eq!(e.label[0].value.as_deref(), Some("1764865123-42"));
+        assert_eq!(e.value, Some(0.0008));
+        let ts = e.timestamp.as_ref().unwrap();
+        assert_eq!((ts.seconds, ts.nanos), (1764865123, 457_000_000));
+        assert!(buckets[1].exemplar.is_none());
+    }
 }

@@ -5,11 +5,17 @@
 
 use prometheus::proto::MetricType;
 
-use observer_common::Stage;
+use std::collections::BTreeMap;
 
-use super::{BucketMap, HistogramSeries, MetricDesc, MetricWriter, NativeSource};
+use observer_common::{class::Class, Stage};
+
+use super::{text::Exemplar, BucketMap, HistogramSeries, MetricDesc, MetricWriter, NativeSource};
 use crate::{
-    collect::snapshot::{ClassTotals, Snapshot},
+    collect::{
+        events::{History, RequestId},
+        snapshot::{ClassTotals, Snapshot},
+    },
+    disks::DiskView,
     labels::{class_label_values, status_name},
 };
 
@@ -110,9 +116,57 @@ pub const REQUEST_ERRORS: MetricDesc = MetricDesc {
     labels: &["device", "op", "status"],
 };
 
+/// The exemplars of `history` by series: (device name, class, stage) → (exported bucket,
+/// exemplar), buckets ascending. Empty unless the writer writes exemplars
+/// ([`MetricWriter::wants_exemplars`]: OpenMetrics, protobuf).
+type SeriesExemplars = BTreeMap<(String, Class, u8), Vec<(usize, Exemplar)>>;
+
+fn exemplars(
+    w: &dyn MetricWriter,
+    history: &History,
+    buckets: &BucketMap,
+    disks: &DiskView,
+) -> SeriesExemplars {
+    let mut by_series = SeriesExemplars::new();
+    if !w.wants_exemplars() {
+        return by_series;
+    }
+    for (&(dev, class, stage, bucket), e) in history.exemplars.iter() {
+        if bucket as usize > buckets.bounds.len() {
+            continue; // of another bucket set (a reload is being applied)
+        }
+        let id = RequestId {
+            run: history.run,
+            seq: e.seq,
+        };
+        by_series
+            .entry((disks.name(dev), Class(class), stage))
+            .or_default()
+            .push((
+                bucket as usize,
+                Exemplar {
+                    request_id: id.to_string(),
+                    value: e.value_ns as f64 / 1e9,
+                    timestamp: e.unix_ms as f64 * 1e-3,
+                },
+            ));
+    }
+    by_series
+}
+
 /// The histogram family: one series per (device, class, stage) with samples; in the protobuf
-/// format with native buckets from the kernel's ([`super::native::latency`]).
-pub fn latency(w: &mut dyn MetricWriter, s: &Snapshot, buckets: &BucketMap) {
+/// format with native buckets from the kernel's ([`super::native::latency`]). In OpenMetrics
+/// and protobuf a classic bucket that a slow request kept in `history` landed in carries it as its exemplar
+/// (`request_id`, its latency in that stage, its completion time; `collect::exemplars`);
+/// `disks` names the exemplars' devices.
+pub fn latency(
+    w: &mut dyn MetricWriter,
+    s: &Snapshot,
+    buckets: &BucketMap,
+    history: &History,
+    disks: &DiskView,
+) {
+    let mut ex = exemplars(&*w, history, buckets, disks);
     let mut f = w.family(&REQUEST_LATENCY);
     for ((dev, class), t) in &s.classes {
         for stage in Stage::ALL {
@@ -123,6 +177,12 @@ pub fn latency(w: &mut dyn MetricWriter, s: &Snapshot, buckets: &BucketMap) {
             }
             let mut values = class_label_values(dev, *class);
             values.push(stage.name());
+            let mine = if ex.is_empty() {
+                Vec::new() // no exemplar wanted or kept: no key to build
+            } else {
+                ex.remove(&(dev.clone(), *class, stage as u8))
+                    .unwrap_or_default()
+            };
             f.native_histogram(
                 &values,
                 &HistogramSeries {
@@ -131,6 +191,7 @@ pub fn latency(w: &mut dyn MetricWriter, s: &Snapshot, buckets: &BucketMap) {
                     count,
                     sum: st.sum_ns as f64 * 1e-9,
                     native: Some(NativeSource::Latency(&st.buckets)),
+                    exemplars: &mine,
                 },
             );
         }

@@ -10,7 +10,10 @@
 
 use prometheus::proto::{MetricFamily, MetricType};
 
-use super::{text::Bounds, MetricDesc};
+use super::{
+    text::{Bounds, Exemplar},
+    MetricDesc,
+};
 
 /// Where the kernel's buckets of a histogram series come from, for its native (sparse
 /// exponential) buckets in the protobuf exposition ([`super::native`]). The text format ignores
@@ -40,6 +43,11 @@ pub struct HistogramSeries<'a> {
     pub sum: f64,
     /// The kernel buckets behind it, for native buckets; `None`: classic buckets only.
     pub native: Option<NativeSource<'a>>,
+    /// Exemplars of its classic buckets: `(i, exemplar)` for the bucket of bound `i`
+    /// (`bounds.len()`: the +Inf bucket), ascending `i`, at most one per bucket. Written by
+    /// the backends whose format has them (OpenMetrics text; protobuf, on classic buckets),
+    /// ignored by the others; empty unless [`MetricWriter::wants_exemplars`].
+    pub exemplars: &'a [(usize, Exemplar)],
 }
 
 /// A backend of `/metrics`: receives families, one series at a time, in exposition order.
@@ -51,6 +59,11 @@ pub trait MetricWriter {
     fn sample(&mut self, desc: &MetricDesc, values: &[&str], v: f64);
     /// A histogram series: one label value per label of `desc`.
     fn histogram(&mut self, desc: &MetricDesc, values: &[&str], h: &HistogramSeries);
+    /// Whether this backend writes [`HistogramSeries::exemplars`]: family functions gather
+    /// exemplars only then.
+    fn wants_exemplars(&self) -> bool {
+        false
+    }
     /// Families built by the `prometheus` crate itself (the process collector), in the order
     /// given; families without series are left out.
     fn foreign(&mut self, families: Vec<MetricFamily>);
@@ -107,6 +120,7 @@ impl Family<'_, '_> {
                 count,
                 sum,
                 native: None,
+                exemplars: &[],
             },
         );
     }
@@ -115,6 +129,7 @@ impl Family<'_, '_> {
     pub fn native_histogram(&mut self, values: &[&str], h: &HistogramSeries) {
         debug_assert_eq!(self.desc.kind, MetricType::HISTOGRAM, "{}", self.desc.name);
         debug_assert_eq!(h.bounds.len(), h.cumulative.len(), "{}", self.desc.name);
+        debug_assert!(h.exemplars.windows(2).all(|w| w[0].0 < w[1].0));
         self.start(values);
         self.w.histogram(self.desc, values, h);
     }

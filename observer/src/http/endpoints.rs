@@ -41,7 +41,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     },
     Endpoint {
         path: "/metrics",
-        about: "Prometheus metrics (text exposition format; protobuf with native histograms if Accept asks for it)",
+        about: "Prometheus metrics (text exposition format; OpenMetrics 1.0 with exemplars, or protobuf with native histograms and exemplars, if Accept asks for it)",
         reads_maps: true,
         in_openapi: false,
         params: &[],
@@ -60,7 +60,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         about: "slow requests, requests stuck right now, stall episodes (text; <code>?format=json</code>)",
         reads_maps: true,
         in_openapi: true,
-        params: &["device", "since", "min", "limit", "format"],
+        params: &["device", "since", "min", "limit", "format", "id"],
         handler: || get(stalls::get_stalls),
     },
     Endpoint {
@@ -163,7 +163,7 @@ mod tests {
     fn accepted_parameters() {
         assert_eq!(accepted("/inflight"), ["device", "min", "limit"]);
         assert!(accepted("/devices").is_empty());
-        let known = ["device", "since", "min", "limit", "format"];
+        let known = ["device", "since", "min", "limit", "format", "id"];
         for e in ENDPOINTS {
             assert!(e.params.iter().all(|p| known.contains(p)), "{}", e.path);
         }

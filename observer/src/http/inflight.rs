@@ -30,6 +30,7 @@ pub async fn get_inflight(State(st): State<Arc<AppState>>, RawQuery(q): RawQuery
             since_ns: None,
             min_ns: p.min_ns,
             limit: p.limit.unwrap_or(1000),
+            id: None,
         };
         let filter = st.runtime.read().expect("runtime lock").filter.clone();
         stalls::inflight(

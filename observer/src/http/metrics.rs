@@ -1,7 +1,9 @@
 //! `GET /metrics`: the Prometheus exposition of a fresh snapshot, the stall history, the
 //! filesystem log discovery, the programs' own cost and the standard `process_*` metrics. The
-//! text format by default; the delimited protobuf format, with native histograms, when the
-//! `Accept` header prefers it ([`negotiate`]).
+//! text format (0.0.4) by default; OpenMetrics 1.0 text with exemplars, or the delimited
+//! protobuf format with native histograms (and exemplars on classic buckets), when the
+//! `Accept` header prefers it ([`negotiate`]). Every format is written by the same family
+//! functions into a [`MetricWriter`].
 
 use std::sync::Arc;
 
@@ -14,50 +16,81 @@ use axum::{
 use super::params::NoParams;
 use crate::{
     collect::snapshot::Snapshot,
-    exposition::{self, proto, MetricWriter, ProtoWriter, TextWriter},
+    exposition::{self, proto, text, MetricWriter, ProtoWriter, TextWriter},
     state::AppState,
 };
-
-/// `Content-Type` of the text format.
-const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The exposition formats `/metrics` can answer in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
-    /// Text format, version 0.0.4: [`TextWriter`].
+    /// Text format, version 0.0.4: [`TextWriter`] (the default).
     Text,
+    /// OpenMetrics 1.0 text, with exemplars: [`TextWriter`] in [`text::Format::OpenMetrics`].
+    OpenMetrics,
     /// Delimited protobuf `io.prometheus.client.MetricFamily` ([`proto::CONTENT_TYPE`]):
     /// [`ProtoWriter`].
     Protobuf,
 }
 
-/// The format an `Accept` header asks for: protobuf if its media range
-/// `application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily;
-/// encoding=delimited` has a higher q-value than the best range the text format matches
-/// (`text/plain`, `text/*`, `*/*`), as Prometheus sends with native histograms on (2.42: no
-/// q, i.e. 1, vs `text/plain;version=0.0.4;q=0.5`); text otherwise, also without an `Accept` header or for one that
-/// lists only formats the daemon does not write (e.g. `application/openmetrics-text`).
-pub fn negotiate(accept: Option<&str>) -> Format {
-    let (mut proto_q, mut text_q) = (0.0f32, 0.0f32);
-    for r in super::accept::parse(accept.unwrap_or("")) {
-        let t = r.media_type;
-        if t.eq_ignore_ascii_case("application/vnd.google.protobuf")
-            && r.param("proto") == Some("io.prometheus.client.MetricFamily")
-            && r.param("encoding") == Some("delimited")
-        {
-            proto_q = proto_q.max(r.q);
-        } else if t.eq_ignore_ascii_case("text/plain")
-            || t.eq_ignore_ascii_case("text/*")
-            || t == "*/*"
-        {
-            text_q = text_q.max(r.q);
+impl Format {
+    /// The `Content-Type` of an exposition in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => text::Format::Text.content_type(),
+            Format::OpenMetrics => text::Format::OpenMetrics.content_type(),
+            Format::Protobuf => proto::CONTENT_TYPE,
         }
     }
-    if proto_q > 0.0 && proto_q > text_q {
-        Format::Protobuf
+}
+
+/// The format of one media range of `Accept`, if `/metrics` writes it:
+/// `application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily;
+/// encoding=delimited` → protobuf; `application/openmetrics-text` with `version` 1.0.0, 0.0.1
+/// or none → OpenMetrics 1.0; `text/plain` with `version` 0.0.4 or none, `text/*` and `*/*` →
+/// the text format.
+fn format_of(r: &super::accept::MediaRange) -> Option<Format> {
+    let t = r.media_type;
+    if t.eq_ignore_ascii_case("application/vnd.google.protobuf") {
+        (r.param("proto") == Some("io.prometheus.client.MetricFamily")
+            && r.param("encoding") == Some("delimited"))
+        .then_some(Format::Protobuf)
+    } else if t.eq_ignore_ascii_case("application/openmetrics-text") {
+        matches!(r.param("version"), None | Some("1.0.0" | "0.0.1")).then_some(Format::OpenMetrics)
+    } else if t.eq_ignore_ascii_case("text/plain") {
+        matches!(r.param("version"), None | Some("0.0.4")).then_some(Format::Text)
+    } else if t.eq_ignore_ascii_case("text/*") || t == "*/*" {
+        Some(Format::Text)
     } else {
-        Format::Text
+        None
     }
+}
+
+/// The format to answer `Accept` headers with (their values, in order; none: the text format):
+/// the served media range ([`format_of`]) with the highest q-value (default 1; parsed by
+/// [`super::accept`]); at equal q the text format, else the first listed. Ranges with `q=0`,
+/// other versions and other types are passed over; without any served one the text format, as
+/// every Prometheus exporter answers (no 406).
+///
+/// Prometheus 2.42 sends `application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1`
+/// (scrape/scrape.go `scrapeAcceptHeader`): OpenMetrics; with `--enable-feature=native-histograms`
+/// it puts the protobuf range first, without q: protobuf.
+pub fn negotiate<'a>(accept: impl IntoIterator<Item = &'a str>) -> Format {
+    let mut best: Option<(f32, Format)> = None;
+    for value in accept {
+        for r in super::accept::parse(value) {
+            let Some(format) = format_of(&r) else {
+                continue;
+            };
+            let better = match best {
+                None => true,
+                Some((q, _)) => r.q > q || (r.q == q && format == Format::Text),
+            };
+            if r.q > 0.0 && better {
+                best = Some((r.q, format));
+            }
+        }
+    }
+    best.map_or(Format::Text, |(_, f)| f)
 }
 
 /// The handler: reads the maps off the async workers (map reads are syscalls) and writes every
@@ -67,7 +100,12 @@ pub async fn get_metrics(
     headers: HeaderMap,
     _: NoParams,
 ) -> impl IntoResponse {
-    let format = negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    let format = negotiate(
+        headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
     let body = tokio::task::spawn_blocking(move || {
         let rt = st.runtime.read().expect("runtime lock").clone();
         let snap = Snapshot::read(&st.maps, &st.reaped, &rt.filter, &st.disks);
@@ -91,8 +129,12 @@ pub async fn get_metrics(
             w.foreign(st.process.families());
         };
         match format {
-            Format::Text => {
-                let mut w = TextWriter::new();
+            Format::Text | Format::OpenMetrics => {
+                let mut w = TextWriter::with_format(if format == Format::Text {
+                    text::Format::Text
+                } else {
+                    text::Format::OpenMetrics
+                });
                 write(&mut w);
                 w.finish().into_bytes()
             }
@@ -105,13 +147,7 @@ pub async fn get_metrics(
     })
     .await;
     match body {
-        Ok(body) => {
-            let ct = match format {
-                Format::Text => TEXT,
-                Format::Protobuf => proto::CONTENT_TYPE,
-            };
-            ([(header::CONTENT_TYPE, ct)], body).into_response()
-        }
+        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("scrape failed: {e}\n"),
@@ -128,26 +164,49 @@ mod tests {
     fn negotiation() {
         use Format::*;
         // As Debian's Prometheus 2.42.0 sends it with --enable-feature=native-histograms.
-        let prom_242 = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        let prom_242_native = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        // And without it (scrape/scrape.go `scrapeAcceptHeader`).
+        let prom_242 = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
         for (accept, want) in [
             (None, Text),
             (Some(""), Text),
             (Some("*/*"), Text),
+            (Some("text/plain"), Text),
             (Some("text/plain;version=0.0.4"), Text),
-            (Some("application/openmetrics-text;version=1.0.0"), Text),
-            (Some(prom_242), Protobuf),
-            // Without the feature flag, 2.42 sends no protobuf range: text.
-            (Some("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"), Text),
+            (Some(prom_242_native), Protobuf),
+            (Some(prom_242), OpenMetrics),
+            (Some("application/openmetrics-text"), OpenMetrics),
+            (Some("application/openmetrics-text;version=1.0.0"), OpenMetrics),
+            (Some("application/openmetrics-text; version=0.0.1"), OpenMetrics),
+            (Some("Application/OpenMetrics-Text; Version=\"1.0.0\""), OpenMetrics),
+            // A version we do not write: passed over.
+            (Some("application/openmetrics-text;version=2.0.0"), Text),
+            (Some("text/plain;version=1.0.0"), Text),
+            // The higher q wins, whatever the order.
+            (Some("text/plain;q=0.5,application/openmetrics-text;q=0.9"), OpenMetrics),
+            (Some("application/openmetrics-text;q=0.3,text/plain;version=0.0.4;q=0.5"), Text),
+            (Some("application/openmetrics-text;q=0.9,application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.95"), Protobuf),
+            (Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.5,application/openmetrics-text;q=0.8"), OpenMetrics),
             (Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"), Protobuf),
             // Text preferred, or equal: text.
             (Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.3,text/plain;q=0.7"), Text),
             (Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.5,*/*;q=0.5"), Text),
-            // Not the delimited MetricFamily stream, or refused: text.
+            (Some("application/openmetrics-text;q=0.5,text/plain;q=0.5"), Text),
+            // Equal q between the other two: the first listed.
+            (Some("application/openmetrics-text,application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"), OpenMetrics),
+            // Not the delimited MetricFamily stream, or refused: passed over.
             (Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text"), Text),
             (Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0"), Text),
+            (Some("application/openmetrics-text;q=0"), Text),
             (Some("APPLICATION/VND.GOOGLE.PROTOBUF;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.9,text/plain;q=0.1"), Protobuf),
+            (Some("application/json"), Text),
         ] {
             assert_eq!(negotiate(accept), want, "{accept:?}");
         }
+        assert_eq!(
+            negotiate(["text/plain;q=0.2", "application/openmetrics-text"]),
+            OpenMetrics,
+            "several Accept headers"
+        );
     }
 }

@@ -56,6 +56,8 @@ pub struct Params {
     pub limit: Option<usize>,
     /// `format`: `json` (true) or `text` (false).
     pub json: Option<bool>,
+    /// `id`: a slow request's id, `<run>-<seq>` (`/stalls`).
+    pub id: Option<crate::collect::events::RequestId>,
 }
 
 /// The raw query string (`None`: no `?`) as name → value, percent-decoded, accepting only the
@@ -142,6 +144,17 @@ fn parse_values(q: &HashMap<String, String>, clock: &Clock) -> Result<Params, Ap
             _ => Err(bad("format", format!("{v:?}: use json or text"))),
         })
         .transpose()?;
+    let id = q
+        .get("id")
+        .map(|v| {
+            v.parse().map_err(|()| {
+                bad(
+                    "id",
+                    format!("{v:?} is not a slow request's id like 1764865123-42 (the request_id of a /metrics exemplar, or a slow request's id in /stalls)"),
+                )
+            })
+        })
+        .transpose()?;
     let device = q.get("device").cloned();
     if let Some(d) = &device {
         if d.is_empty() || d.chars().count() > 64 || d.contains('/') || d == "." || d == ".." {
@@ -157,6 +170,7 @@ fn parse_values(q: &HashMap<String, String>, clock: &Clock) -> Result<Params, Ap
         min_ns,
         limit,
         json,
+        id,
     })
 }
 

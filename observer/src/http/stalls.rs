@@ -1,11 +1,12 @@
 //! `GET /stalls`: stuck requests, stall episodes, slow requests (parameters `device`, `since`,
-//! `min`, `limit`, `format`). Text unless JSON is asked for (`format=json` or `Accept`).
+//! `min`, `limit`, `format`), or one slow request by its id (`id`: 404 if the history no longer
+//! keeps it). Text unless JSON is asked for (`format=json` or `Accept`).
 
 use std::sync::Arc;
 
 use axum::{
     extract::{RawQuery, State},
-    http::HeaderMap,
+    http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
 use observer_common::Stage;
@@ -13,7 +14,7 @@ use observer_common::Stage;
 use super::{
     blocking,
     endpoints::accepted,
-    params::{parse, text_or_json, wants_json},
+    params::{parse, text_or_json, wants_json, ApiError},
 };
 use crate::{
     stalls::{self, Filter, ReportInput},
@@ -33,12 +34,14 @@ pub async fn get_stalls(
         Err(e) => return e.into_response(),
     };
     let json = wants_json(&p, &headers);
+    let id = p.id;
     let report = blocking(move || {
         let query = Filter {
             device: p.device,
             since_ns: p.since_ns,
             min_ns: p.min_ns,
             limit: p.limit.unwrap_or(50),
+            id: p.id,
         };
         let settings = st.runtime.read().expect("runtime lock").settings;
         let slow_total_ns = std::array::from_fn(|op| settings.slow_ns[op][Stage::Total as usize]);
@@ -55,5 +58,13 @@ pub async fn get_stalls(
         })
     })
     .await;
+    if let (Some(id), true) = (id, report.slow.is_empty()) {
+        return ApiError {
+            status: StatusCode::NOT_FOUND,
+            error: format!("slow request {id} is not kept: ids of another daemon run, or older than the latest [stalls] history_requests slow requests, are gone (or device= or since= exclude it)"),
+            parameter: "id".into(),
+        }
+        .into_response();
+    }
     text_or_json(json, report, stalls::render_text)
 }

@@ -22,6 +22,9 @@ pub struct Submitter {
 /// A completed request over its slow threshold.
 #[derive(Clone, Debug, Serialize)]
 pub struct SlowRequest {
+    /// Its id, `<run>-<seq>` (`collect::events::RequestId`): what `/stalls?id=` takes and what
+    /// the latency histograms' OpenMetrics exemplars name (`request_id`).
+    pub id: String,
     /// Completion time (RFC 3339).
     pub time: String,
     /// Kernel device name.
@@ -141,6 +144,8 @@ pub struct Filter {
     pub min_ns: Option<u64>,
     /// At most this many of each list.
     pub limit: usize,
+    /// Only this slow request (`/stalls?id=`); the stuck and episode lists are then empty.
+    pub id: Option<crate::collect::events::RequestId>,
 }
 
 /// Everything `/stalls` shows.

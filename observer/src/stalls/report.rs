@@ -57,9 +57,21 @@ pub fn report(input: &ReportInput) -> StallReport {
         .map(|(_, e)| e)
         .filter(Inflight::is_live)
         .collect();
-    let stuck = stuck(input, &clock, &mut cg);
-    let mut episodes = ongoing_episodes(input, &entries, &clock);
-    ended_episodes(input, &clock, &mut episodes);
+    // One slow request asked for by its id: nothing else.
+    let only_slow = input.query.id.is_some();
+    let stuck = if only_slow {
+        Vec::new()
+    } else {
+        stuck(input, &clock, &mut cg)
+    };
+    let mut episodes = if only_slow {
+        Vec::new()
+    } else {
+        ongoing_episodes(input, &entries, &clock)
+    };
+    if !only_slow {
+        ended_episodes(input, &clock, &mut episodes);
+    }
     episodes.truncate(input.query.limit);
     let slow = slow_requests(input, &clock, &mut cg);
     let dm_names = stuck
@@ -228,8 +240,15 @@ fn ended_episodes(input: &ReportInput, clock: &Clock, episodes: &mut Vec<Episode
 /// Slow completed requests, newest first, since `since` and at least `min`.
 fn slow_requests(input: &ReportInput, clock: &Clock, cg: &mut CgroupNames) -> Vec<SlowRequest> {
     let f = input.query;
+    let h = input.history;
     let mut slow = Vec::new();
-    for ev in input.history.slow().iter().rev() {
+    let only = f.id.map(|id| h.slow_index(id));
+    let kept = h.slow().iter().enumerate().rev();
+    let kept: Box<dyn Iterator<Item = (usize, &SlowEvent)>> = match only {
+        None => Box::new(kept),
+        Some(i) => Box::new(kept.filter(move |(j, _)| Some(*j) == i)),
+    };
+    for (i, ev) in kept {
         if f.since_ns.is_some_and(|s| ev.complete_ns < s) {
             break;
         }
@@ -237,7 +256,8 @@ fn slow_requests(input: &ReportInput, clock: &Clock, cg: &mut CgroupNames) -> Ve
         if !input.device_ok(&name) {
             continue;
         }
-        let r = slow_request(ev, name, input.disks.bio_based(ev.dev), clock, cg);
+        let mut r = slow_request(ev, name, input.disks.bio_based(ev.dev), clock, cg);
+        r.id = h.slow_id(i).to_string();
         if f.min_ns.is_some_and(|m| r.total_seconds * 1e9 < m as f64) {
             continue;
         }
@@ -261,6 +281,7 @@ fn slow_request(
     // As the programs took them (observer_common::stage): a stage it did not go through is none.
     let lat = latency(e.enter_ns, e.dispatch_ns, ev.complete_ns);
     SlowRequest {
+        id: String::new(),
         time: clock.rfc3339(ev.complete_ns),
         device,
         class: ClassInfo::of(e.class),

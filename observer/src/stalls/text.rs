@@ -240,6 +240,7 @@ mod tests {
                 classes: [("WS".to_string(), 3)].into(),
             }],
             slow: vec![SlowRequest {
+                id: "1764865123-1".into(),
                 time: "2026-12-02T10:59:59.125000Z".into(),
                 device: "loop1".into(),
                 class: ClassInfo {
