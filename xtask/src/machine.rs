@@ -282,6 +282,25 @@ pub fn run(root: &Path, mut args: MachineArgs) -> Result<()> {
 /// Builds (or reuses) `suite`'s image, builds the packages, boots the machine and checks every
 /// `BLKOBS-CHECK` line. Needs root (mkfs, qemu) and network access to deb.debian.org for the
 /// first image. Work files: target/machine/<suite>/.
+/// Every path of the daemon's one endpoint table (observer/src/http/endpoints.rs, `path: "..."`),
+/// one per line: the machine checks that each answers under the real unit.
+fn endpoint_paths(root: &Path) -> Result<String> {
+    let table = root.join("observer/src/http/endpoints.rs");
+    let text =
+        fs::read_to_string(&table).with_context(|| format!("reading {}", table.display()))?;
+    let paths: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("path: \"")?.strip_suffix("\","))
+        .collect();
+    if paths.len() < 2 {
+        bail!(
+            "no endpoint table in {}: `path: \"...\",` lines expected",
+            table.display()
+        );
+    }
+    Ok(paths.join("\n") + "\n")
+}
+
 /// The version of the qemu that emulates the machines' disks (`qemu-system-x86_64 --version`:
 /// "QEMU emulator version 7.2.22 (Debian ...)" → "7.2.22").
 fn qemu_version() -> Result<String> {
@@ -312,6 +331,7 @@ pub fn run_suite(root: &Path, suite: &str, args: &MachineArgs) -> Result<()> {
     // The NVMe disk's firmware revision as the emulator sets it (hw/nvme/ctrl.c: the
     // controller's FR is QEMU_VERSION): the payload's witness where udev has none (bookworm).
     fs::write(pay.join("qemu_version"), qemu_version()?)?;
+    fs::write(pay.join("endpoints"), endpoint_paths(root)?)?;
     mkfs_ext4("blkobs-pay", &pay, &work.join("payload.img"), "256M")?;
     crate::run(
         Command::new("qemu-img")

@@ -220,7 +220,7 @@ if [ "$phase" = 1 ]; then
   show "systemctl status observer" systemctl status observer --no-pager -n 5
   check "programs attached" has_progs
   check "enabled" test -L /etc/systemd/system/multi-user.target.wants/observer.service
-  for e in / /metrics /healthz /stalls /merges /inflight /histograms /devices; do
+  for e in $(cat $P/endpoints); do # every path of observer/src/http/endpoints.rs
     check "endpoint $e" curl -sf -o /dev/null $URL$e
   done
   check "build_info" sh -c "curl -sf $URL/metrics | grep '^blkobs_build_info'"
