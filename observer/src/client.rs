@@ -46,20 +46,32 @@ fn get_within(url: &str, accept: &str, timeout: std::time::Duration) -> Result<S
     }
 }
 
-/// Prints `/stalls` (text, or JSON with `json`).
-pub fn stalls(
-    url: &str,
-    device: Option<String>,
-    since: Option<String>,
-    min: Option<String>,
-    limit: Option<String>,
-    json: bool,
-) -> Result<()> {
+/// The filters of `observer stalls`, each a `/stalls` query parameter of the same name (its
+/// syntax is the API's: docs/openapi.yaml).
+#[derive(Debug, Default)]
+pub struct StallsQuery {
+    /// Only this device (kernel name).
+    pub device: Option<String>,
+    /// Only since this long ago (`30s`) or this Unix time (seconds).
+    pub since: Option<String>,
+    /// Only requests at least this slow / episodes at least this long (`200ms`).
+    pub min: Option<String>,
+    /// At most this many per list.
+    pub limit: Option<String>,
+    /// Only the slow request with this id (`<run>-<seq>`: an exemplar's `request_id`, the
+    /// slow-request JSON's `id`).
+    pub id: Option<String>,
+}
+
+/// Prints `/stalls` (text, or JSON with `json`). Errors: the daemon unreachable, or its answer
+/// (HTTP 400 for a bad filter, 404 for an id it does not keep) with the daemon's reason.
+pub fn stalls(url: &str, filters: &StallsQuery, json: bool) -> Result<()> {
     let q = query(&[
-        ("device", &device),
-        ("since", &since),
-        ("min", &min),
-        ("limit", &limit),
+        ("device", &filters.device),
+        ("since", &filters.since),
+        ("min", &filters.min),
+        ("limit", &filters.limit),
+        ("id", &filters.id),
     ]);
     let body = get(
         &format!("{}/stalls{q}", url.trim_end_matches('/')),

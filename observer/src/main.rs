@@ -92,6 +92,9 @@ enum Command {
         /// At most this many per list.
         #[arg(long)]
         limit: Option<String>,
+        /// Only the slow request with this id (an exemplar's `request_id`, the JSON's `id`).
+        #[arg(long)]
+        id: Option<String>,
         /// JSON instead of the table.
         #[arg(long)]
         json: bool,
@@ -211,8 +214,19 @@ fn main() -> ExitCode {
                 since,
                 min,
                 limit,
+                id,
                 json,
-            } => client::stalls(&url, device, since, min, limit, json),
+            } => client::stalls(
+                &url,
+                &client::StallsQuery {
+                    device,
+                    since,
+                    min,
+                    limit,
+                    id,
+                },
+                json,
+            ),
             Command::Report { url, device, since } => client::report(&url, device, Some(since)),
             Command::Top {
                 url,

@@ -158,6 +158,83 @@ fn injected_delay_and_submitter() {
         "slow writes counted on {}",
         disk.name
     );
+
+    // The CLI clients of the same daemon print what its API holds: `observer stalls --id` one
+    // slow write by the id its record (and its exemplar) carries, the table all six, and
+    // `observer report` the device-stage rows of /histograms over the same window, in µs.
+    let url = format!("http://{}", daemon.addr);
+    let cli = |args: &[&str]| -> String {
+        let out = Command::new(observer_bin())
+            .args(args)
+            .args(["--url", &url])
+            .output()
+            .expect("running observer");
+        assert!(
+            out.status.success(),
+            "observer {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let first = writes[0];
+    let id = first["id"].as_str().expect("a slow record's id");
+    let one: Value = serde_json::from_str(&cli(&["stalls", "--id", id, "--json"])).unwrap();
+    let got = slow_where(&one, |_| true);
+    assert_eq!(got.len(), 1, "observer stalls --id {id}: {one}");
+    assert_eq!(got[0]["sector"], first["sector"], "{one}");
+    assert_eq!(got[0]["device_seconds"], first["device_seconds"], "{one}");
+    let table = cli(&["stalls", "--device", &disk.name]);
+    assert_eq!(
+        table
+            .lines()
+            .filter(|l| l.contains("blkobs-fsyncer"))
+            .count(),
+        6,
+        "observer stalls --device {}:\n{table}",
+        disk.name
+    );
+    let report = cli(&["report", "--device", &disk.name, "--since", "60s"]);
+    let api = json(
+        &daemon,
+        &format!("/histograms?device={}&since=60s", disk.name),
+    );
+    let field = |line: &str, key: &str| -> f64 {
+        let v = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"));
+        v.trim_end_matches("us").parse().unwrap()
+    };
+    let mut rows = 0;
+    for h in api["histograms"].as_array().unwrap() {
+        if h["op"] != "write" || h["stage"] != "device" {
+            continue;
+        }
+        let head = format!(
+            "{} write [{}] stage=device ",
+            disk.name,
+            h["rwbs"].as_str().unwrap()
+        );
+        let line = report
+            .lines()
+            .find(|l| l.starts_with(&head))
+            .unwrap_or_else(|| panic!("no {head:?} row in observer report:\n{report}"));
+        assert_eq!(
+            field(line, "count="),
+            h["count"].as_f64().unwrap(),
+            "{line}"
+        );
+        let p50_us = h["p50"].as_f64().unwrap() * 1e6;
+        assert!(
+            (field(line, "p50=") - p50_us).abs() <= 0.051,
+            "{line} vs {p50_us} µs"
+        );
+        if h["count"].as_u64().unwrap() >= 6 {
+            assert!((p50_us / 1e6 - want).abs() <= want * 0.13, "{line}");
+        }
+        rows += 1;
+    }
+    assert!(rows >= 1, "no device-stage write histogram in {api}");
 }
 
 /// A write held by the device is stuck at the device with a growing age, an ongoing device
