@@ -62,15 +62,6 @@ fn colliding_disks(size_mib: usize) -> (SlowDisk, SlowDisk) {
     panic!("could not create two colliding loop devices (indexes taken concurrently?)");
 }
 
-/// What `/devices` says about `disk`'s per-device slot.
-fn tracking(d: &Daemon, disk: &str) -> String {
-    devices(d)["devices"]
-        .as_array()
-        .and_then(|a| a.iter().find(|x| x["device"] == disk))
-        .map(|x| x["tracking"].as_str().unwrap_or("?").to_string())
-        .unwrap_or_else(|| "absent".into())
-}
-
 /// XFS on two disks whose device numbers collided under the old slot hash: with N fsync'ed
 /// files on each, every log write on both is `log="true"` (and every other write
 /// `log="false"`), exactly as the ftrace witness says; a 400 ms write on each ends a `device`

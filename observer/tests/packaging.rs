@@ -403,6 +403,8 @@ fn daemon_syscalls_and_sockets_fit_the_unit_sandbox() {
         .unwrap();
     assert!(st.success());
 
+    // The ended episode below is the programs' (observer-ebpf stall.rs): only with a slot.
+    wait_tracked(&strace, &held.name);
     // A write held at the device past the episode threshold: /inflight and /stalls list it.
     let mut dd = held.hold_write(|| {
         Command::new(named_dd("blkobs-heldwr"))

@@ -247,6 +247,8 @@ fn stuck_request_then_slow() {
     }
     let daemon = Daemon::start(&[]);
     let disk = SlowDisk::new(64, "mq-deadline");
+    // The ended episode is the programs' (observer-ebpf stall.rs): only with the disk's slot.
+    wait_tracked(&daemon, &disk.name);
     quiesce(&disk.name);
     let dd = named_dd("blkobs-stuckwr");
     let mut child = disk.hold_write(|| {

@@ -143,6 +143,27 @@ pub fn devices(d: &Daemon) -> Value {
     serde_json::from_str(&body).expect("/devices is JSON")
 }
 
+/// What `/devices` says about `disk`'s per-device slot (`tracking`: full, degraded, pending),
+/// or `absent` while the disk is not listed.
+pub fn tracking(d: &Daemon, disk: &str) -> String {
+    devices(d)["devices"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["device"] == disk))
+        .map(|x| x["tracking"].as_str().unwrap_or("?").to_string())
+        .unwrap_or_else(|| "absent".into())
+}
+
+/// Waits (up to 5 s) until the daemon gave `disk` its per-device slot (`tracking: "full"`):
+/// a disk made after the daemon started is indexed at its next rescan (within ~1 s,
+/// bpf/devslots.rs), and a request entering before that gets no stall tracking, so a test
+/// that wants a stall episode of its first request waits for this first.
+pub fn wait_tracked(d: &Daemon, disk: &str) {
+    let ok = super::wait_every(Duration::from_millis(50), Duration::from_secs(5), || {
+        tracking(d, disk) == "full"
+    });
+    assert!(ok, "{disk}: tracking {} after 5 s", tracking(d, disk));
+}
+
 /// Merged log ranges the daemon reports for a whole disk, as (start, end) sectors (none while
 /// the disk is not listed).
 pub fn ranges(d: &Daemon, disk: &str) -> Vec<(u64, u64)> {
