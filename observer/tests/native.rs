@@ -93,7 +93,7 @@ fn load(dev: &LoopDev, seconds: u32) {
 /// and request-size histograms hold exactly `_count` samples, as many up to each classic `le`
 /// as its cumulative count (latency: native upper bounds up to 0.271 % above `le`).
 #[test]
-fn text_and_protobuf_scrapes_agree() {
+fn text_openmetrics_and_protobuf_scrapes_agree() {
     if !require_root_and(&["fio", "losetup"]) {
         return;
     }
@@ -179,12 +179,38 @@ fn text_and_protobuf_scrapes_agree() {
         .is_some_and(|c| c.0 >= 2));
     assert!(requests > 100.0, "{requests}");
 
-    // OpenMetrics when preferred (with its exemplars: tests/dashboards.rs), any other Accept:
-    // text.
+    // OpenMetrics when preferred (with its exemplars: tests/dashboards.rs), with the same
+    // samples as the text (exemplars, `# UNIT` and `# EOF` set aside for the text parser), and
+    // the device still idle after it; any other Accept: text.
     let (ct, body) = scrape_as(&d, "application/openmetrics-text;version=1.0.0");
     assert!(
         ct.starts_with("application/openmetrics-text; version=1.0.0") && body.ends_with(b"# EOF\n"),
         "{ct}"
+    );
+    let om: String = String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("# UNIT ") && *l != "# EOF")
+        .map(|l| l.split(" # {").next().unwrap().to_string() + "\n")
+        .collect();
+    let t3 = d.metrics_text();
+    assert_eq!(
+        of_device(&Metrics::parse(&t3).0, &dev.name),
+        a,
+        "the device was not idle after the OpenMetrics scrape"
+    );
+    let o = of_device(&Metrics::parse(&om).0, &dev.name);
+    assert_eq!(o.keys().collect::<Vec<_>>(), a.keys().collect::<Vec<_>>());
+    let differ: Vec<String> = a
+        .iter()
+        .filter(|(k, v)| o[*k].to_bits() != v.to_bits())
+        .map(|(k, v)| format!("{k:?}: text {v}, OpenMetrics {}", o[k]))
+        .collect();
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+    eprintln!(
+        "{} series of {} equal in text and OpenMetrics",
+        o.len(),
+        dev.name
     );
     for accept in ["*/*", "text/plain", "application/json"] {
         let (ct, _) = scrape_as(&d, accept);
