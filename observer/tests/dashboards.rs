@@ -13,8 +13,7 @@ mod support;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::Read,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::Command,
     time::Duration,
 };
@@ -376,66 +375,6 @@ fn structure_checks_catch_mistakes() {
     );
 }
 
-/// Prometheus HTTP API GET, returning the JSON body also for 4xx/5xx (errors are in the body).
-fn prom_get(base: &str, path: &str, params: &[(&str, &str)]) -> Result<Value, String> {
-    let mut req = ureq::get(&format!("{base}{path}")).timeout(Duration::from_secs(15));
-    for (k, v) in params {
-        req = req.query(k, v);
-    }
-    let resp = match req.call() {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => return Err(format!("transport: {e}")),
-    };
-    let mut s = String::new();
-    resp.into_reader()
-        .read_to_string(&mut s)
-        .map_err(|e| e.to_string())?;
-    let v: Value = serde_json::from_str(&s).map_err(|e| format!("not JSON ({e}): {s}"))?;
-    if v["status"] != "success" {
-        return Err(format!("{}: {}", v["errorType"], v["error"]));
-    }
-    Ok(v["data"].clone())
-}
-
-/// Debian's Prometheus scraping the daemon on 127.0.0.1:`port` every second (rules evaluated
-/// every second), with `rules` loaded if given and `features` (`--enable-feature=`) enabled;
-/// its TSDB and log in `dir`. Returns the process, its base URL and its log file.
-fn prometheus(
-    dir: &TempDir,
-    port: u16,
-    rules: Option<&Path>,
-    features: &[&str],
-) -> (ChildGuard, String, PathBuf) {
-    let pport = free_port();
-    let pcfg = dir.join("prometheus.yml");
-    let rule_files = rules.map_or(String::new(), |r| {
-        format!("rule_files: ['{}']\n", r.display())
-    });
-    std::fs::write(
-        &pcfg,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n{rule_files}scrape_configs:\n  - job_name: blkobs\n    \
-             scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-        ),
-    )
-    .unwrap();
-    let mut pcmd = Command::new("prometheus");
-    pcmd.arg(format!("--config.file={}", pcfg.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
-        .arg("--storage.tsdb.retention.time=1h");
-    for f in features {
-        pcmd.arg(format!("--enable-feature={f}"));
-    }
-    let plog = dir.join("prometheus.log");
-    let prom = ChildGuard::spawn(pcmd, "prometheus", &plog);
-    (prom, format!("http://127.0.0.1:{pport}"), plog)
-}
-
 /// Instant query; Ok(number of series with a finite value).
 fn instant(base: &str, q: &str) -> Result<usize, String> {
     let data = prom_get(base, "/api/v1/query", &[("query", q)])?;
@@ -556,7 +495,7 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     fio_cmd.arg(&job);
     let mut fio = ChildGuard::spawn(fio_cmd, "fio", &dir.join("fio.log"));
 
-    let (mut prom, base, plog) = prometheus(&dir, port, None, &[]);
+    let (mut prom, base, plog) = prometheus(&dir, "prometheus", port, None, &[]);
 
     // Wait until Prometheus holds ≥ 15 s of scrapes of every class the workload makes
     // (flushes are the last to appear) and the target is healthy.
@@ -819,7 +758,7 @@ fn stuck_request_alert_fires_for_real() {
     ]);
     let _daemon = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
     let rules = repo_root().join("packaging/blkobs-rules.yml");
-    let (mut prom, base, plog) = prometheus(&dir, port, Some(&rules), &[]);
+    let (mut prom, base, plog) = prometheus(&dir, "prometheus", port, Some(&rules), &[]);
     let up = wait_for(Duration::from_secs(60), || {
         assert!(
             prom.running(),
@@ -908,7 +847,13 @@ fn exemplar_names_the_slow_request() {
         &disk.name,
     ]);
     let daemon = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
-    let (mut prom, base, plog) = prometheus(&dir, port, None, &["exemplar-storage"]);
+    let (mut prom, base, plog) = prometheus(
+        &dir,
+        "prometheus",
+        port,
+        None,
+        &["--enable-feature=exemplar-storage"],
+    );
     let up = wait_for(Duration::from_secs(60), || {
         assert!(
             prom.running(),

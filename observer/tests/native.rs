@@ -7,7 +7,6 @@ mod support;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::PathBuf,
     process::Command,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -16,7 +15,6 @@ use observer::exposition::{
     native::LATENCY_EDGE_ERROR,
     proto::{self, model::MetricFamily},
 };
-use serde_json::Value;
 use support::*;
 
 /// What Prometheus 2.42 sends with `--enable-feature=native-histograms` (as received from
@@ -221,55 +219,6 @@ fn text_openmetrics_and_protobuf_scrapes_agree() {
     }
 }
 
-/// Prometheus HTTP API GET; the `data` of a success.
-fn prom_get(base: &str, path: &str, params: &[(&str, &str)]) -> Result<Value, String> {
-    let mut req = ureq::get(&format!("{base}{path}")).timeout(Duration::from_secs(15));
-    for (k, v) in params {
-        req = req.query(k, v);
-    }
-    let resp = match req.call() {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => return Err(format!("transport: {e}")),
-    };
-    let v: Value = resp.into_json().map_err(|e| e.to_string())?;
-    if v["status"] != "success" {
-        return Err(format!("{}: {}", v["errorType"], v["error"]));
-    }
-    Ok(v["data"].clone())
-}
-
-/// Debian's Prometheus scraping the daemon on 127.0.0.1:`port` every second, with `flags`; its
-/// TSDB and log under `dir/name`. Returns the process, its base URL and its log file.
-fn prometheus(
-    dir: &TempDir,
-    name: &str,
-    port: u16,
-    flags: &[&str],
-) -> (ChildGuard, String, PathBuf) {
-    let pport = free_port();
-    let cfg = dir.join(&format!("{name}.yml"));
-    std::fs::write(
-        &cfg,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: blkobs\n    \
-             scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-        ),
-    )
-    .unwrap();
-    let mut cmd = Command::new("prometheus");
-    cmd.arg(format!("--config.file={}", cfg.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join(&format!("{name}-data")).display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
-        .args(flags);
-    let log = dir.join(&format!("{name}.log"));
-    let prom = ChildGuard::spawn(cmd, "prometheus", &log);
-    (prom, format!("http://127.0.0.1:{pport}"), log)
-}
-
 /// An instant query at `time` (Unix seconds): each result's labels and value.
 fn query(base: &str, q: &str, time: f64) -> Vec<(BTreeMap<String, String>, f64)> {
     let data = prom_get(
@@ -343,9 +292,10 @@ fn prometheus_native_quantile_matches_classic() {
         &dir,
         "native",
         port,
+        None,
         &["--enable-feature=native-histograms"],
     );
-    let (mut classic, cbase, clog) = prometheus(&dir, "classic", port, &[]);
+    let (mut classic, cbase, clog) = prometheus(&dir, "classic", port, None, &[]);
     let before = d.scrape();
     let requests = before.sum("blkobs_requests_total", &[("device", &dev.name)]);
     let series: BTreeSet<BTreeMap<String, String>> = before

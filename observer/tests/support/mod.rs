@@ -15,6 +15,7 @@
 //! - `cgroup`: cgroup v2 groups to run writers in, their `io.stat`, controllers enabled.
 //! - `mounts`: filesystems made and mounted.
 //! - `metrics`: the exposition parsed into samples.
+//! - `prometheus`: Debian's Prometheus scraping a daemon (`prometheus`), its HTTP API (`prom_get`).
 //! - `ftrace`: a private ftrace instance and its records (tracefs mounted, the `trace` file
 //!   read, times as printed: `printed_window`), CLOCK_MONOTONIC (`mono_ns`).
 //! - `witness`: /proc/diskstats and the ftrace witnesses (`block_io_start`, counts of one
@@ -39,6 +40,7 @@ mod guest;
 mod metrics;
 mod mounts;
 mod process;
+mod prometheus;
 mod skip;
 mod slowfs;
 mod sysctl;
@@ -55,6 +57,7 @@ pub use guest::*;
 pub use metrics::*;
 pub use mounts::*;
 pub use process::*;
+pub use prometheus::*;
 pub use skip::*;
 pub use slowfs::*;
 pub use sysctl::*;
