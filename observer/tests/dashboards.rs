@@ -748,15 +748,8 @@ fn stuck_request_alert_fires_for_real() {
     }
     let dir = TempDir::new("blkobs-alert");
     let disk = SlowDisk::new(16, "none");
-    let port = free_port();
-    let mut cmd = Command::new(observer_bin());
-    cmd.args([
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--device",
-        &disk.name,
-    ]);
-    let _daemon = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
+    let _daemon = Daemon::start(&["--device", &disk.name]);
+    let port = _daemon.port();
     let rules = repo_root().join("packaging/blkobs-rules.yml");
     let (mut prom, base, plog) = prometheus(&dir, "prometheus", port, Some(&rules), &[]);
     let up = wait_for(Duration::from_secs(60), || {
@@ -838,15 +831,8 @@ fn exemplar_names_the_slow_request() {
     }
     let dir = TempDir::new("blkobs-exemplar");
     let disk = SlowDisk::new(16, "none");
-    let port = free_port();
-    let mut cmd = Command::new(observer_bin());
-    cmd.args([
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--device",
-        &disk.name,
-    ]);
-    let daemon = Daemon::spawn(cmd, format!("127.0.0.1:{port}"), &dir.join("observer.log"));
+    let daemon = Daemon::start(&["--device", &disk.name]);
+    let port = daemon.port();
     let (mut prom, base, plog) = prometheus(
         &dir,
         "prometheus",

@@ -25,6 +25,13 @@ impl Daemon {
         Self::start_env(extra, &[])
     }
 
+    /// The TCP port the daemon listens on (of [`Daemon::addr`]), e.g. for a Prometheus
+    /// scrape config.
+    pub fn port(&self) -> u16 {
+        let port = self.addr.rsplit(':').next().expect("host:port");
+        port.parse().expect("a numeric port")
+    }
+
     /// Starts with extra environment variables (e.g. OBSERVER_ATTACH=raw_tp).
     pub fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let addr = free_addr();
