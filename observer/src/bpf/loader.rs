@@ -19,7 +19,7 @@ use super::{
     reqstate::RequestProbe,
     tracepoints::{attach_order, Tracepoint},
 };
-use crate::time::monotonic_ns;
+use crate::{disks::DiskView, time::monotonic_ns};
 
 /// The eBPF object built by build.rs from `observer-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer.bpf.o"));
@@ -154,9 +154,11 @@ fn object_loader<'a>() -> EbpfLoader<'a> {
 /// then attaches them in the order given, one right after the other: verification takes tens
 /// of ms per program, and requests that enter before the entry point is attached complete
 /// untracked (measured on a loop device at ~85k IOPS: 6,119 untracked when each program was
-/// verified just before its attach). `cell` keeps this attempt's layout for as long as the
-/// loader borrows it (aya's `override_global`).
-fn load_and_attach<'a>(
+/// verified just before its attach). `prepare` runs between the two, on the loaded object
+/// (its maps exist, no program runs yet), and its result is returned with the object. `cell`
+/// keeps this attempt's layout for as long as the loader borrows it (aya's `override_global`).
+#[allow(clippy::too_many_arguments)]
+fn load_and_attach<'a, T>(
     loader: &mut EbpfLoader<'a>,
     cell: &'a OnceCell<KernelLayout>,
     mode: Mode,
@@ -164,7 +166,8 @@ fn load_and_attach<'a>(
     btf: &Btf,
     capacity: (u32, u32),
     plan: &[Step],
-) -> Result<Ebpf, ProbeError> {
+    prepare: &mut dyn FnMut(&mut Ebpf) -> Result<T, ProbeError>,
+) -> Result<(Ebpf, T), ProbeError> {
     let layout = cell.get_or_init(|| KernelLayout {
         direct_loads: u32::from(mode == Mode::Btf),
         loaded_ns: monotonic_ns(),
@@ -179,10 +182,11 @@ fn load_and_attach<'a>(
     for (name, tp) in plan {
         program_step(&mut ebpf, mode, btf, name, tp, Phase::Load)?;
     }
+    let prepared = prepare(&mut ebpf)?;
     for (name, tp) in plan {
         program_step(&mut ebpf, mode, btf, name, tp, Phase::Attach)?;
     }
-    Ok(ebpf)
+    Ok((ebpf, prepared))
 }
 
 /// What [`program_step`] does to a program.
@@ -259,18 +263,21 @@ fn plan(kbtf: &KernelBtf, layout: &KernelLayout) -> Result<(Tracepoint, Vec<Step
 }
 
 /// Loads as `tp_btf` and, if any program is refused there, everything again as `raw_tp`
-/// (`OBSERVER_ATTACH=raw_tp` forces that). Returns the object and the mode that worked.
-/// `cells` keep each attempt's layout for as long as the loader borrows it.
-fn load_either_mode<'a>(
+/// (`OBSERVER_ATTACH=raw_tp` forces that). Returns the object, what `prepare` returned for it
+/// ([`load_and_attach`]) and the mode that worked. `cells` keep each attempt's layout for as
+/// long as the loader borrows it.
+fn load_either_mode<'a, T>(
     loader: &mut EbpfLoader<'a>,
     cells: &'a [OnceCell<KernelLayout>; 2],
     layout: &KernelLayout,
     btf: &Btf,
     capacity: (u32, u32),
     steps: &[Step],
-) -> Result<(Ebpf, Mode), ProbeError> {
+    prepare: &mut dyn FnMut(&mut Ebpf) -> Result<T, ProbeError>,
+) -> Result<(Ebpf, T, Mode), ProbeError> {
     let mut attempt = |mode, cell| {
-        load_and_attach(loader, cell, mode, layout, btf, capacity, steps).map(|e| (e, mode))
+        load_and_attach(loader, cell, mode, layout, btf, capacity, steps, prepare)
+            .map(|(e, t)| (e, t, mode))
     };
     if std::env::var("OBSERVER_ATTACH").as_deref() == Ok("raw_tp") {
         return attempt(Mode::Raw, &cells[1]);
@@ -284,12 +291,16 @@ fn load_either_mode<'a>(
 /// Loads and attaches everything; returns the probes (keep them alive) and the maps.
 ///
 /// `inflight_entries` sizes `INFLIGHT`; `stats_memory_mib` bounds `CLASS_STATS` (see
-/// [`class_stats_entries`]); `settings` are written to `SETTINGS` before returning. Errors say
-/// what to do ([`ProbeError`]).
+/// [`class_stats_entries`]). Between loading the programs and attaching them, `settings` are
+/// written to `SETTINGS` and every disk `disks` scans now gets its per-device slot
+/// (`DEV_INDEX`, [`super::devslots`]), so no request the programs see runs with default
+/// settings or counts as unindexed because the daemon had not scanned yet. Errors say what to
+/// do ([`ProbeError`]).
 pub fn attach(
     inflight_entries: u32,
     stats_memory_mib: u32,
     settings: Settings,
+    disks: &DiskView,
 ) -> Result<(Probes, KernelMaps), ProbeError> {
     check_privileges()?;
     // Values the loader borrows (aya's `override_global`): declared before it, so they outlive it.
@@ -314,13 +325,24 @@ pub fn attach(
     drop(kbtf);
     let btf = attach_id_index(&typedefs)
         .map_err(|e| load_err("indexing kernel BTF for tp_btf")(e.into()))?;
-    let (mut ebpf, mode) = load_either_mode(
+    let mut prepare = |ebpf: &mut Ebpf| {
+        let maps = KernelMaps::take(ebpf, inflight_entries, stats_entries)?;
+        maps.set_settings(settings)
+            .map_err(|e| load_err("writing SETTINGS")(e.into()))?;
+        maps.dev_slots
+            .lock()
+            .expect("dev slots lock")
+            .rescan(&disks.rescan());
+        Ok(maps)
+    };
+    let (mut ebpf, maps, mode) = load_either_mode(
         &mut loader,
         &layout_cells,
         &layout,
         &btf,
         (inflight_entries, stats_entries),
         &steps,
+        &mut prepare,
     )?;
     drop(btf);
     // Give the memory of the BTF lookups and the object's parse back to the system.
@@ -334,7 +356,6 @@ pub fn attach(
         inflight_entries,
         "eBPF programs attached"
     );
-    let maps = KernelMaps::take(&mut ebpf, inflight_entries, stats_entries)?;
     let request_probe = match mq_rq_in_flight
         .ok_or_else(|| {
             load_err("the request-state probe")(anyhow::anyhow!(
@@ -355,8 +376,6 @@ pub fn attach(
             None
         }
     };
-    maps.set_settings(settings)
-        .map_err(|e| load_err("writing SETTINGS")(e.into()))?;
     let kernel_log = super::kernel_log::take(&mut ebpf);
     Ok((
         Probes {

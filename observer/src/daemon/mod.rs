@@ -60,18 +60,15 @@ where
     if let Some(r) = &cfg.host_root {
         info!(host_root = %r.display(), "host view: mount table, device nodes and cgroups read under this directory");
     }
+    // Every disk gets its per-device slot before the programs attach: requests entering a
+    // disk without one lack log classification and stall detection (bpf/devslots.rs).
+    let disks = DiskView::default();
     let (mut probes, maps) = loader::attach(
         cfg.maps.inflight_entries,
         cfg.maps.stats_memory_mib,
         cfg.kernel_settings(),
+        &disks,
     )?;
-    // Give every disk its per-device slot before anything else: requests entering a disk
-    // without one lack log classification and stall detection (bpf/devslots.rs).
-    let disks = DiskView::default();
-    maps.dev_slots
-        .lock()
-        .expect("dev slots lock")
-        .rescan(&disks.rescan());
     let request_probe = probes.request_probe.take().map(Arc::new);
     if let Some(log) = probes.kernel_log.take() {
         kernel_log::spawn_reader(log).context("polling the AYA_LOGS ring buffer")?;
