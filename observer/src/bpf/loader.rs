@@ -112,7 +112,7 @@ pub(super) fn load_err(what: impl Into<String>) -> impl FnOnce(anyhow::Error) ->
 
 /// How the programs are attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
+pub(super) enum Mode {
     /// `tp_btf` with direct (BTF-checked) loads of kernel struct fields: the fast path.
     Btf,
     /// `raw_tp` with `bpf_probe_read_kernel`: for kernels where tp_btf is refused.
@@ -121,7 +121,7 @@ enum Mode {
 
 impl Mode {
     /// The name in logs and `blkobs_build_info{attach}`.
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Mode::Btf => "tp_btf",
             Mode::Raw => "raw_tp",
@@ -142,7 +142,7 @@ type Step = (String, &'static str);
 /// [`attach_id_index`]. Start-up peak (VmHWM) on 6.18: 25 MiB, here; it was 37 MiB while the
 /// loader's BTF and a second parse for the tp_btf ids were held together (and a third parse
 /// for the request-state probe's loader followed).
-fn object_loader<'a>() -> EbpfLoader<'a> {
+pub(super) fn object_loader<'a>() -> EbpfLoader<'a> {
     let mut loader = EbpfLoader::new();
     loader.btf(None);
     // SAFETY: malloc_trim only returns free heap memory to the system.
@@ -187,7 +187,7 @@ fn load_and_attach<'a>(
 
 /// What [`program_step`] does to a program.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(super) enum Phase {
     /// Load it into the kernel (the verifier runs here).
     Load,
     /// Attach the loaded program to its tracepoint.
@@ -195,7 +195,7 @@ enum Phase {
 }
 
 /// Loads or attaches program `name` (with `_raw` appended in raw mode) for tracepoint `tp`.
-fn program_step(
+pub(super) fn program_step(
     ebpf: &mut Ebpf,
     mode: Mode,
     btf: &Btf,
