@@ -208,3 +208,52 @@ pub const TRACE_EVENTS: &str = "TRACE_EVENTS";
 pub const TRACE_DROPS: &str = "TRACE_DROPS";
 /// Default bytes of `TRACE_EVENTS` (a power of two, as BPF_MAP_TYPE_RINGBUF requires).
 pub const TRACE_EVENTS_BYTES: u32 = 8 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::class::tests::layout;
+
+    /// Action words as blktrace.c composes them (`BLK_TA_*` | `BLK_TC_ACT(...)`), checked
+    /// against the uapi numbers: blkparse reads these bits back as rwbs letters and event kinds.
+    #[test]
+    fn action_words_match_blktrace() {
+        let l = layout();
+        let write_sync = l.op_write | l.flag_sync;
+        // Q of a sync write: __BLK_TA_QUEUE | (QUEUE | WRITE | SYNC) << 16.
+        assert_eq!(
+            action(Event::Queue, false, write_sync, &l),
+            1 | (0x10 | 0x2 | 0x8) << 16
+        );
+        // D of a read: __BLK_TA_ISSUE | (ISSUE | READ | FS) << 16.
+        assert_eq!(
+            action(Event::Issue, false, l.op_read, &l),
+            7 | (0x40 | 0x1 | 0x100) << 16
+        );
+        // C of a preflush+FUA write: FLUSH and FUA bits, WRITE, COMPLETE, FS.
+        let pf = l.op_write | l.flag_preflush | l.flag_fua;
+        assert_eq!(
+            action(Event::Complete, false, pf, &l),
+            8 | (0x80 | 0x2 | 0x4 | 0x8000 | 0x100) << 16
+        );
+        // The flush op is not a write: READ with FLUSH (blkparse prints "FN").
+        assert_eq!(
+            action(Event::Issue, false, l.op_flush, &l),
+            7 | (0x40 | 0x1 | 0x4 | 0x100) << 16
+        );
+        // A discard is a write with DISCARD; block_rq_merge's M is a request event (FS).
+        assert_eq!(
+            action(Event::BackMerge, true, l.op_discard, &l),
+            2 | (0x10 | 0x2 | 0x2000 | 0x100) << 16
+        );
+        // Readahead and meta.
+        let ra = l.op_read | l.flag_rahead | l.flag_meta;
+        assert_eq!(
+            action(Event::GetRq, false, ra, &l),
+            4 | (0x10 | 0x1 | 0x800 | 0x1000) << 16
+        );
+        for e in Event::ALL {
+            assert_eq!(Event::from_code(e as u32), Some(e));
+        }
+    }
+}

@@ -205,11 +205,11 @@ impl Class {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The 6.18 values (include/linux/blk_types.h); the daemon reads them from BTF at runtime.
-    fn layout() -> KernelLayout {
+    pub(crate) fn layout() -> KernelLayout {
         KernelLayout {
             op_mask: 0xff,
             op_read: 0,

@@ -42,10 +42,17 @@ const EVENTS: [(&str, &str); 9] = [
 /// fit in it with margin, also in a TCG guest.
 const TRACE_SECONDS: u64 = 8;
 
-/// How far apart btt's stage sums and the daemon's may be, per I/O (ns): both take each
-/// timestamp with `bpf_ktime_get_ns()` in the same tracepoint call, but in different programs,
-/// one after the other; the bound is what that order may add to a stage.
+/// How far apart btt's stage sums and the daemon's may be, per I/O: 2 µs plus 5 % of btt's
+/// average for the stage. They are not the same timestamps: both take each with
+/// `bpf_ktime_get_ns()` in the same tracepoint call, but in different programs, the daemon's
+/// first (attached first), so each of our times is later by the run time of the daemon's
+/// program before it — at C its whole completion work, which grows with a slow CPU as the
+/// stages do. Measured per I/O (D2C, Q2C): host 6.18 674 and 586 ns (stage averages 37–177
+/// µs); 6.1 under TCG 910 and 3,858 ns (avg 704 µs); 5.10 under TCG 346 and 2,010 ns in one
+/// run, 7,748 and 9,477 ns (avg 484 µs) in another, beside a busy host.
 const SUM_TOLERANCE_NS: f64 = 2000.0;
+/// The share of the stage average added to [`SUM_TOLERANCE_NS`].
+const SUM_TOLERANCE_SHARE: f64 = 0.05;
 
 /// Counts per (CPU, letter).
 type Counts = BTreeMap<(u32, String), u64>;
@@ -97,10 +104,13 @@ fn blkparse_counts_equal_ftrace() {
     let mut got = Counts::new();
     let mut q_names = BTreeMap::<String, u64>::new();
     for line in stdout.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [cpu, action, comm] = f[..] else {
+        // "%C", the rest of the line, may hold spaces (a thread named "opt worker" completes
+        // I/O in its interrupt) or be empty.
+        let mut f = line.splitn(3, ' ');
+        let (Some(cpu), Some(action)) = (f.next(), f.next()) else {
             continue;
         };
+        let comm = f.next().unwrap_or("");
         let Ok(cpu) = cpu.parse::<u32>() else {
             continue;
         };
@@ -122,9 +132,11 @@ fn blkparse_counts_equal_ftrace() {
         totals(&want),
         totals(&got)
     );
+    // Merges (M) are not required: the 5.10 guest merged none of the batched writes (ftrace
+    // and blkparse both 0); the host does (15).
     assert!(
-        total(&want, "Q") > 1000 && total(&want, "M") > 0 && total(&want, "C") > 0,
-        "the workload made too few events or no merges: {}",
+        total(&want, "Q") > 1000 && total(&want, "D") > 0 && total(&want, "C") > 0,
+        "the workload made too few events: {}",
         totals(&want)
     );
     assert_eq!(got, want, "blkparse's events per (CPU, action) vs ftrace's");
@@ -193,10 +205,11 @@ fn btt_stages_equal_daemon_histograms() {
             n, count,
             "btt {btt_stage_name} N vs the daemon's {stage} count"
         );
+        let bound = SUM_TOLERANCE_NS + SUM_TOLERANCE_SHARE * avg * 1e9;
         assert!(
-            diff_per_io_ns <= SUM_TOLERANCE_NS,
+            diff_per_io_ns <= bound,
             "btt {btt_stage_name} sum vs the daemon's {stage} sum: {diff_per_io_ns:.0} ns per \
-             I/O apart (bound {SUM_TOLERANCE_NS} ns)"
+             I/O apart (bound {bound:.0} ns)"
         );
     }
 }

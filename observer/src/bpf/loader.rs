@@ -131,7 +131,7 @@ impl Mode {
 
 /// A program to attach: its name in the object (argument-layout variant included) and its
 /// tracepoint.
-type Step = (String, &'static str);
+pub(super) type Step = (String, &'static str);
 
 /// The one loader for both objects. `EbpfLoader::new()` parses all of vmlinux BTF (aya's
 /// `Btf::from_sys_fs`, for CO-RE relocations: RSS +19 MiB while it parses, 13 MiB held, on
@@ -258,6 +258,17 @@ fn plan(kbtf: &KernelBtf, layout: &KernelLayout) -> Result<(Tracepoint, Vec<Step
     Ok((enter, steps))
 }
 
+/// The tp_btf attach ids of `steps`' tracepoints ([`attach_id_index`]); drops `kbtf` (all of
+/// vmlinux BTF, parsed) before building the small index, so both are never held together.
+pub(super) fn tp_btf_index(kbtf: KernelBtf, steps: &[Step]) -> Result<Btf, ProbeError> {
+    let typedefs: Vec<(&str, u32)> = steps
+        .iter()
+        .filter_map(|(_, tp)| kbtf.tracepoint_typedef_id(tp).map(|id| (*tp, id)))
+        .collect();
+    drop(kbtf);
+    attach_id_index(&typedefs).map_err(|e| load_err("indexing kernel BTF for tp_btf")(e.into()))
+}
+
 /// Loads as `tp_btf` and, if any program is refused there, everything again as `raw_tp`
 /// (`OBSERVER_ATTACH=raw_tp` forces that). Returns the object and the mode that worked.
 /// `cells` keep each attempt's layout for as long as the loader borrows it.
@@ -307,13 +318,7 @@ pub fn attach(
     let stats_entries = class_stats_entries(stats_memory_mib);
     let (enter, steps) = plan(&kbtf, &layout)?;
     let mq_rq_in_flight = kbtf.enum_values(&["MQ_RQ_IN_FLIGHT"])[0];
-    let typedefs: Vec<(&str, u32)> = steps
-        .iter()
-        .filter_map(|&(_, tp)| kbtf.tracepoint_typedef_id(tp).map(|id| (tp, id)))
-        .collect();
-    drop(kbtf);
-    let btf = attach_id_index(&typedefs)
-        .map_err(|e| load_err("indexing kernel BTF for tp_btf")(e.into()))?;
+    let btf = tp_btf_index(kbtf, &steps)?;
     let (mut ebpf, mode) = load_either_mode(
         &mut loader,
         &layout_cells,
@@ -524,6 +529,7 @@ mod tests {
         for (what, bytes) in [
             ("observer", super::OBJECT),
             ("reqstate", crate::bpf::reqstate::OBJECT),
+            ("trace", crate::bpf::trace::OBJECT),
         ] {
             let obj = object::File::parse(bytes).expect("the embedded eBPF object is ELF");
             let frames = frames(&obj);
@@ -602,18 +608,22 @@ mod tests {
 
     #[test]
     fn programs_call_no_memory_builtins() {
-        let obj = object::File::parse(super::OBJECT).expect("the embedded eBPF object is ELF");
         let mut calls = Vec::new();
-        for section in obj.sections() {
-            for (_, reloc) in section.relocations() {
-                if let RelocationTarget::Symbol(i) = reloc.target() {
-                    let name = obj
-                        .symbol_by_index(i)
-                        .ok()
-                        .and_then(|s| s.name().ok().map(str::to_string))
-                        .unwrap_or_default();
-                    if ["memset", "memcpy", "memmove", "memcmp", "bcmp"].contains(&name.as_str()) {
-                        calls.push(format!("{} -> {name}", section.name().unwrap_or("?")));
+        for bytes in [super::OBJECT, crate::bpf::trace::OBJECT] {
+            let obj = object::File::parse(bytes).expect("the embedded eBPF object is ELF");
+            for section in obj.sections() {
+                for (_, reloc) in section.relocations() {
+                    if let RelocationTarget::Symbol(i) = reloc.target() {
+                        let name = obj
+                            .symbol_by_index(i)
+                            .ok()
+                            .and_then(|s| s.name().ok().map(str::to_string))
+                            .unwrap_or_default();
+                        if ["memset", "memcpy", "memmove", "memcmp", "bcmp"]
+                            .contains(&name.as_str())
+                        {
+                            calls.push(format!("{} -> {name}", section.name().unwrap_or("?")));
+                        }
                     }
                 }
             }

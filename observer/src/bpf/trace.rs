@@ -14,13 +14,17 @@ use observer_common::{
 };
 
 use super::{
-    btf::{attach_id_index, ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF},
-    loader::{check_privileges, load_err, object_loader, program_step, Mode, Phase, ProbeError},
+    btf::{ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF},
+    loader::{
+        check_privileges, load_err, object_loader, program_step, tp_btf_index, Mode, Phase,
+        ProbeError, Step,
+    },
 };
 use crate::time::monotonic_ns;
 
 /// The object built by build.rs from observer-ebpf/src/trace.rs.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/trace.bpf.o"));
+pub(crate) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/trace.bpf.o"));
 
 /// The traced tracepoints and their programs, in attach order: from the end of an I/O's life
 /// to its start (`block_bio_queue`, btt's Q, last), so an I/O whose Q is recorded has its
@@ -69,7 +73,7 @@ pub fn attach(dev: u32, ring_bytes: u32) -> Result<TraceProbes, ProbeError> {
         .and_then(|a| a.get(1).cloned())
         .as_deref()
         == Some("int");
-    let mut steps = Vec::new();
+    let mut steps: Vec<Step> = Vec::new();
     for (tp, program) in TRACEPOINTS {
         match kbtf.arg_layout(tp) {
             Some(ArgLayout::Current) => steps.push((program.to_string(), tp)),
@@ -81,13 +85,7 @@ pub fn attach(dev: u32, ring_bytes: u32) -> Result<TraceProbes, ProbeError> {
             }
         }
     }
-    let typedefs: Vec<(&str, u32)> = steps
-        .iter()
-        .filter_map(|&(_, tp)| kbtf.tracepoint_typedef_id(tp).map(|id| (tp, id)))
-        .collect();
-    drop(kbtf);
-    let btf = attach_id_index(&typedefs)
-        .map_err(|e| load_err("indexing kernel BTF for tp_btf")(e.into()))?;
+    let btf = tp_btf_index(kbtf, &steps)?;
     let load = |mode: Mode, cell: &OnceCell<KernelLayout>| -> Result<Ebpf, ProbeError> {
         let l = cell.get_or_init(|| KernelLayout {
             direct_loads: u32::from(mode == Mode::Btf),
