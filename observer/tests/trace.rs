@@ -47,9 +47,9 @@ const TRACE_SECONDS: u64 = 8;
 /// `bpf_ktime_get_ns()` in the same tracepoint call, but in different programs, the daemon's
 /// first (attached first), so each of our times is later by the run time of the daemon's
 /// program before it — at C its whole completion work, which grows with a slow CPU as the
-/// stages do. Measured per I/O (D2C, Q2C): host 6.18 674 and 586 ns (stage averages 37–177
-/// µs); 6.1 under TCG 910 and 3,858 ns (avg 704 µs); 5.10 under TCG 346 and 2,010 ns in one
-/// run, 7,748 and 9,477 ns (avg 484 µs) in another, beside a busy host.
+/// stages do. Measured per I/O (D2C, Q2C): host 6.18 674 and 586 ns (stage averages 37–600
+/// µs); under TCG 5.10 3,434 and 5,034 ns (Q2C average 236 µs), 6.1 6,529 and 11,453 ns
+/// (1.78 ms), 6.12 6,065 and 5,686 ns (1.66 ms).
 const SUM_TOLERANCE_NS: f64 = 2000.0;
 /// The share of the stage average added to [`SUM_TOLERANCE_NS`].
 const SUM_TOLERANCE_SHARE: f64 = 0.05;
