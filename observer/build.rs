@@ -114,7 +114,7 @@ fn main() -> Result<()> {
         .with_context(|| format!("copying {}", obj.display()))?;
     // The reaper's request-state probe (observer-ebpf/src/reqstate.rs); empty programs on the
     // same tracepoints, and cost probes, for `cargo xtask bench` (src/bin/observer-floor.rs).
-    for bin in ["reqstate", "floor", "costs"] {
+    for bin in ["reqstate", "floor", "costs", "trace"] {
         let obj = target_dir.join(TARGET).join("release").join(bin);
         std::fs::copy(&obj, out_dir.join(format!("{bin}.bpf.o")))
             .with_context(|| format!("copying {}", obj.display()))?;

@@ -125,6 +125,14 @@ pub fn op_of(opf: u32, l: &KernelLayout) -> Op {
     }
 }
 
+/// Whether the raw op of `opf` transfers data to the device: `op_is_write`
+/// (include/linux/blk_types.h: the op's lowest bit; writes, discards, write-zeroes and the
+/// other data-out ops are odd), which blktrace uses to pick its READ or WRITE category.
+#[inline(always)]
+pub fn op_is_write(opf: u32, l: &KernelLayout) -> bool {
+    (opf & l.op_mask) & 1 != 0
+}
+
 /// Computes the class of a request or bio from its raw `cmd_flags` / `bi_opf`.
 ///
 /// Must see the flags before the block layer strips PREFLUSH/FUA (block/blk-flush.c), i.e. at
@@ -197,11 +205,11 @@ impl Class {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The 6.18 values (include/linux/blk_types.h); the daemon reads them from BTF at runtime.
-    fn layout() -> KernelLayout {
+    pub(crate) fn layout() -> KernelLayout {
         KernelLayout {
             op_mask: 0xff,
             op_read: 0,

@@ -5,7 +5,7 @@
 //! its own, never one of its layer or above (`tests/layers.rs` reads this list and fails on any
 //! other edge):
 //!
-//! 1. [`daemon`], [`client`]
+//! 1. [`daemon`], [`client`], [`trace`]
 //! 2. [`http`]
 //! 3. [`state`]
 //! 4. [`stalls`], [`merge_report`], [`exposition`]
@@ -34,3 +34,4 @@ pub mod merge_report;
 pub mod stalls;
 pub mod state;
 pub mod time;
+pub mod trace;

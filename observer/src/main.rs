@@ -75,6 +75,22 @@ struct Cli {
 /// Clients of a running daemon.
 #[derive(clap::Subcommand, Debug)]
 enum Command {
+    /// Record one disk's block events into blktrace's binary files (`<dev>.blktrace.<cpu>`)
+    /// for blkparse, btt and iowatcher, from eBPF (no debugfs). Runs beside a daemon.
+    Trace {
+        /// The disk's kernel name, e.g. sda, nvme0n1, loop0 (a whole disk).
+        #[arg(long)]
+        device: String,
+        /// How long to record (seconds).
+        #[arg(long, value_name = "SECONDS")]
+        duration: f64,
+        /// Where to write the files.
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        output_dir: PathBuf,
+        /// Ring buffer size (MiB, a power of two); raise it if events are dropped.
+        #[arg(long, value_name = "MIB", default_value_t = 8)]
+        ring_mib: u32,
+    },
     /// Show slow requests, requests stuck right now and stall episodes (GET /stalls).
     Stalls {
         /// The daemon's address.
@@ -190,6 +206,36 @@ fn stderr_is_journal() -> bool {
     v.to_str() == Some(&format!("{}:{}", st.st_dev, st.st_ino))
 }
 
+/// `observer trace`: records, then prints the summary (drops also as a warning).
+fn trace(device: String, duration: f64, output_dir: PathBuf, ring_mib: u32) -> anyhow::Result<()> {
+    let duration = std::time::Duration::try_from_secs_f64(duration).map_err(|_| {
+        anyhow::anyhow!("--duration {duration}: give a number of seconds, e.g. 10 or 2.5")
+    })?;
+    if !ring_mib.is_power_of_two() {
+        anyhow::bail!("--ring-mib {ring_mib}: give a power of two, e.g. 8 or 64");
+    }
+    let opts = observer::trace::Options {
+        device,
+        duration,
+        output_dir,
+        ring_bytes: ring_mib << 20,
+    };
+    let summary = observer::trace::run(&opts, |p| {
+        eprintln!(
+            "tracing {} for {:?} ({})",
+            opts.device, opts.duration, p.mode
+        )
+    })?;
+    print!("{}", observer::trace::render(&summary, &opts.device));
+    if summary.dropped > 0 {
+        tracing::warn!(
+            dropped = summary.dropped,
+            "events were lost: the ring buffer was full; give a larger --ring-mib"
+        );
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
@@ -227,6 +273,12 @@ fn main() -> ExitCode {
                 },
                 json,
             ),
+            Command::Trace {
+                device,
+                duration,
+                output_dir,
+                ring_mib,
+            } => trace(device, duration, output_dir, ring_mib),
             Command::Report { url, device, since } => client::report(&url, device, Some(since)),
             Command::Top {
                 url,

@@ -112,7 +112,7 @@ pub(super) fn load_err(what: impl Into<String>) -> impl FnOnce(anyhow::Error) ->
 
 /// How the programs are attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
+pub(super) enum Mode {
     /// `tp_btf` with direct (BTF-checked) loads of kernel struct fields: the fast path.
     Btf,
     /// `raw_tp` with `bpf_probe_read_kernel`: for kernels where tp_btf is refused.
@@ -121,7 +121,7 @@ enum Mode {
 
 impl Mode {
     /// The name in logs and `blkobs_build_info{attach}`.
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Mode::Btf => "tp_btf",
             Mode::Raw => "raw_tp",
@@ -131,7 +131,7 @@ impl Mode {
 
 /// A program to attach: its name in the object (argument-layout variant included) and its
 /// tracepoint.
-type Step = (String, &'static str);
+pub(super) type Step = (String, &'static str);
 
 /// The one loader for both objects. `EbpfLoader::new()` parses all of vmlinux BTF (aya's
 /// `Btf::from_sys_fs`, for CO-RE relocations: RSS +19 MiB while it parses, 13 MiB held, on
@@ -142,7 +142,7 @@ type Step = (String, &'static str);
 /// [`attach_id_index`]. Start-up peak (VmHWM) on 6.18: 25 MiB, here; it was 37 MiB while the
 /// loader's BTF and a second parse for the tp_btf ids were held together (and a third parse
 /// for the request-state probe's loader followed).
-fn object_loader<'a>() -> EbpfLoader<'a> {
+pub(super) fn object_loader<'a>() -> EbpfLoader<'a> {
     let mut loader = EbpfLoader::new();
     loader.btf(None);
     // SAFETY: malloc_trim only returns free heap memory to the system.
@@ -191,7 +191,7 @@ fn load_and_attach<'a, T>(
 
 /// What [`program_step`] does to a program.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(super) enum Phase {
     /// Load it into the kernel (the verifier runs here).
     Load,
     /// Attach the loaded program to its tracepoint.
@@ -199,7 +199,7 @@ enum Phase {
 }
 
 /// Loads or attaches program `name` (with `_raw` appended in raw mode) for tracepoint `tp`.
-fn program_step(
+pub(super) fn program_step(
     ebpf: &mut Ebpf,
     mode: Mode,
     btf: &Btf,
@@ -262,6 +262,17 @@ fn plan(kbtf: &KernelBtf, layout: &KernelLayout) -> Result<(Tracepoint, Vec<Step
     Ok((enter, steps))
 }
 
+/// The tp_btf attach ids of `steps`' tracepoints ([`attach_id_index`]); drops `kbtf` (all of
+/// vmlinux BTF, parsed) before building the small index, so both are never held together.
+pub(super) fn tp_btf_index(kbtf: KernelBtf, steps: &[Step]) -> Result<Btf, ProbeError> {
+    let typedefs: Vec<(&str, u32)> = steps
+        .iter()
+        .filter_map(|(_, tp)| kbtf.tracepoint_typedef_id(tp).map(|id| (*tp, id)))
+        .collect();
+    drop(kbtf);
+    attach_id_index(&typedefs).map_err(|e| load_err("indexing kernel BTF for tp_btf")(e.into()))
+}
+
 /// Loads as `tp_btf` and, if any program is refused there, everything again as `raw_tp`
 /// (`OBSERVER_ATTACH=raw_tp` forces that). Returns the object, what `prepare` returned for it
 /// ([`load_and_attach`]) and the mode that worked. `cells` keep each attempt's layout for as
@@ -318,13 +329,7 @@ pub fn attach(
     let stats_entries = class_stats_entries(stats_memory_mib);
     let (enter, steps) = plan(&kbtf, &layout)?;
     let mq_rq_in_flight = kbtf.enum_values(&["MQ_RQ_IN_FLIGHT"])[0];
-    let typedefs: Vec<(&str, u32)> = steps
-        .iter()
-        .filter_map(|&(_, tp)| kbtf.tracepoint_typedef_id(tp).map(|id| (tp, id)))
-        .collect();
-    drop(kbtf);
-    let btf = attach_id_index(&typedefs)
-        .map_err(|e| load_err("indexing kernel BTF for tp_btf")(e.into()))?;
+    let btf = tp_btf_index(kbtf, &steps)?;
     let mut prepare = |ebpf: &mut Ebpf| {
         let maps = KernelMaps::take(ebpf, inflight_entries, stats_entries)?;
         maps.set_settings(settings)
@@ -543,6 +548,7 @@ mod tests {
         for (what, bytes) in [
             ("observer", super::OBJECT),
             ("reqstate", crate::bpf::reqstate::OBJECT),
+            ("trace", crate::bpf::trace::OBJECT),
         ] {
             let obj = object::File::parse(bytes).expect("the embedded eBPF object is ELF");
             let frames = frames(&obj);
@@ -621,18 +627,22 @@ mod tests {
 
     #[test]
     fn programs_call_no_memory_builtins() {
-        let obj = object::File::parse(super::OBJECT).expect("the embedded eBPF object is ELF");
         let mut calls = Vec::new();
-        for section in obj.sections() {
-            for (_, reloc) in section.relocations() {
-                if let RelocationTarget::Symbol(i) = reloc.target() {
-                    let name = obj
-                        .symbol_by_index(i)
-                        .ok()
-                        .and_then(|s| s.name().ok().map(str::to_string))
-                        .unwrap_or_default();
-                    if ["memset", "memcpy", "memmove", "memcmp", "bcmp"].contains(&name.as_str()) {
-                        calls.push(format!("{} -> {name}", section.name().unwrap_or("?")));
+        for bytes in [super::OBJECT, crate::bpf::trace::OBJECT] {
+            let obj = object::File::parse(bytes).expect("the embedded eBPF object is ELF");
+            for section in obj.sections() {
+                for (_, reloc) in section.relocations() {
+                    if let RelocationTarget::Symbol(i) = reloc.target() {
+                        let name = obj
+                            .symbol_by_index(i)
+                            .ok()
+                            .and_then(|s| s.name().ok().map(str::to_string))
+                            .unwrap_or_default();
+                        if ["memset", "memcpy", "memmove", "memcmp", "bcmp"]
+                            .contains(&name.as_str())
+                        {
+                            calls.push(format!("{} -> {name}", section.name().unwrap_or("?")));
+                        }
                     }
                 }
             }

@@ -18,6 +18,7 @@ pub mod loader;
 pub mod maps;
 pub mod progstats;
 pub mod reqstate;
+pub mod trace;
 pub mod tracepoints;
 
 /// The tests' one CI/skip rule (fails under CI, else a listed skip), compiled here from the

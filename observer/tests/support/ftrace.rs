@@ -87,6 +87,8 @@ pub struct TraceEvent {
     pub t_ns: u64,
     /// The disk, `MKDEV(major, minor)` as the event's `dev` field.
     pub kdev: u32,
+    /// The CPU it ran on (the trace line's `[NNN]`).
+    pub cpu: u32,
     /// The fields after the disk, split at whitespace ("WS", "4096", "()", "8", "+", "8",
     /// "[fio]" for the `block_rq` format).
     pub fields: Vec<String>,
@@ -200,9 +202,15 @@ impl Ftrace {
                 .next()
                 .and_then(|d| d.split_once(','))
                 .expect("trace line format: no disk");
+            let cpu = head
+                .rsplit_once('[')
+                .and_then(|(_, r)| r.split_once(']'))
+                .and_then(|(c, _)| c.trim().parse().ok())
+                .expect("trace line format: no [cpu]");
             out.push(TraceEvent {
                 event,
                 t_ns,
+                cpu,
                 kdev: (maj.parse::<u32>().unwrap() << 20) | min.parse::<u32>().unwrap(),
                 fields: f.map(str::to_string).collect(),
             });

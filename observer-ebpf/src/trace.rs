@@ -1,0 +1,191 @@
+//! `observer trace`'s programs: one short program per block tracepoint blktrace records
+//! (Q, M, F, G, I, D, R, C), each sending one fixed-size
+//! [`TraceRecord`](observer_common::blktrace::TraceRecord) of the traced disk to userspace
+//! through the `TRACE_EVENTS` ring buffer, which writes blktrace's per-CPU files from them
+//! (observer/src/trace.rs). A separate object, loaded only by `observer trace`: the daemon's
+//! programs are neither changed nor slowed by it, and both run side by side.
+//!
+//! Each handler exists as a `tp_btf` and a `raw_tp` program, and for both argument layouts
+//! (`programs!`, as the daemon's: the `_q` variants take the queue first, Linux < 5.11). The
+//! disk is the read-only global `TRACE_DEV` (`MKDEV`, set by the loader); struct offsets come
+//! from `LAYOUT` (kernel BTF), as in the daemon's programs.
+#![no_std]
+#![no_main]
+
+use core::ptr::addr_of_mut;
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        generated::bpf_get_current_comm,
+    },
+    macros::map,
+    maps::{PerCpuArray, RingBuf},
+    EbpfContext,
+};
+use observer_common::blktrace::{Event, TraceRecord, RQ_MERGE, TRACE_EVENTS_BYTES};
+use observer_ebpf::{
+    arg,
+    kernel::{bio_dev, rq_dev},
+    layout, programs, read,
+    store::add,
+};
+
+observer_ebpf::layout_global!();
+
+/// The traced disk, `mkdev(major, minor)`: set by the loader before load.
+#[no_mangle]
+static TRACE_DEV: u32 = 0;
+
+/// The records, in the order each CPU made them. Resized by the loader.
+#[map]
+static TRACE_EVENTS: RingBuf = RingBuf::with_byte_size(TRACE_EVENTS_BYTES, 0);
+/// Records the ring buffer had no room for (index 0, per CPU).
+#[map]
+static TRACE_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Whether `dev` is the traced disk.
+#[inline(always)]
+fn traced(dev: u32) -> bool {
+    // SAFETY: a u32 static that nothing writes at run time (`.rodata`, patched by the loader
+    // before load); a volatile load, so the verifier sees the patched constant.
+    dev == unsafe { core::ptr::read_volatile(core::ptr::addr_of!(TRACE_DEV)) }
+}
+
+/// Sends one record (the current task's pid and comm, this CPU, now), or counts it dropped.
+/// Written field by field into the reserved ring-buffer space: no record on the stack, no
+/// `memset` of one (observer/src/bpf/loader.rs `programs_call_no_memory_builtins`).
+#[inline(always)]
+fn send(event: u32, sector: u64, bytes: u32, opf: u32, error: u32) {
+    let Some(mut entry) = TRACE_EVENTS.reserve::<TraceRecord>(0) else {
+        if let Some(n) = TRACE_DROPS.get_ptr_mut(0) {
+            // SAFETY: `n` is this CPU's value of TRACE_DROPS[0], valid while the program runs.
+            unsafe { add(n, 1) };
+        }
+        return;
+    };
+    let r = entry.as_mut_ptr();
+    // SAFETY: `r` points at the reserved, exclusively ours space of one `TraceRecord` (aligned
+    // by the ring buffer to 8 bytes); every field is written before the entry is submitted,
+    // `comm` by the helper, which writes exactly its 16 bytes (NUL-padded, or zeroes).
+    unsafe {
+        addr_of_mut!((*r).time_ns).write(bpf_ktime_get_ns());
+        addr_of_mut!((*r).sector).write(sector);
+        addr_of_mut!((*r).opf).write(opf);
+        addr_of_mut!((*r).bytes).write(bytes);
+        addr_of_mut!((*r).pid).write(bpf_get_current_pid_tgid() as u32);
+        addr_of_mut!((*r).cpu).write(bpf_get_smp_processor_id());
+        addr_of_mut!((*r).error).write(error);
+        addr_of_mut!((*r).event).write(event);
+        // On failure the helper zeroes the buffer itself (kernel/bpf/helpers.c
+        // bpf_get_current_comm: `err_clear`).
+        bpf_get_current_comm(addr_of_mut!((*r).comm) as *mut core::ffi::c_void, 16);
+    }
+    entry.submit(0);
+}
+
+/// A bio event (Q, M, F, G): the bio's first sector, size and flags (blktrace.c
+/// `blk_add_trace_bio`).
+#[inline(always)]
+fn bio_event(c: &impl EbpfContext, i: usize, event: Event) {
+    let bio = arg(c, i);
+    let l = layout();
+    if bio == 0 || !traced(bio_dev(bio, l)) {
+        return;
+    }
+    send(
+        event as u32,
+        read(bio, l.bio_sector),
+        read(bio, l.bio_size),
+        read(bio, l.bio_opf),
+        0,
+    );
+}
+
+/// A request event (I, D, R, M of `block_rq_merge`): the request's first sector, bytes and
+/// flags (blktrace.c `blk_add_trace_rq`).
+#[inline(always)]
+fn rq_event(c: &impl EbpfContext, i: usize, event: u32) {
+    let rq = arg(c, i);
+    let l = layout();
+    if !traced(rq_dev(rq, l)) {
+        return;
+    }
+    send(
+        event,
+        read(rq, l.rq_sector),
+        read(rq, l.rq_data_len),
+        read(rq, l.rq_cmd_flags),
+        0,
+    );
+}
+
+#[inline(always)]
+fn on_queue(c: &impl EbpfContext, i: usize) {
+    bio_event(c, i, Event::Queue);
+}
+#[inline(always)]
+fn on_backmerge(c: &impl EbpfContext, i: usize) {
+    bio_event(c, i, Event::BackMerge);
+}
+#[inline(always)]
+fn on_frontmerge(c: &impl EbpfContext, i: usize) {
+    bio_event(c, i, Event::FrontMerge);
+}
+#[inline(always)]
+fn on_getrq(c: &impl EbpfContext, i: usize) {
+    bio_event(c, i, Event::GetRq);
+}
+#[inline(always)]
+fn on_insert(c: &impl EbpfContext, i: usize) {
+    rq_event(c, i, Event::Insert as u32);
+}
+#[inline(always)]
+fn on_issue(c: &impl EbpfContext, i: usize) {
+    rq_event(c, i, Event::Issue as u32);
+}
+#[inline(always)]
+fn on_requeue(c: &impl EbpfContext, i: usize) {
+    rq_event(c, i, Event::Requeue as u32);
+}
+#[inline(always)]
+fn on_rq_merge(c: &impl EbpfContext, i: usize) {
+    rq_event(c, i, Event::BackMerge as u32 | RQ_MERGE);
+}
+
+/// `block_rq_complete(rq, error, nr_bytes)`: the bytes completed now, and the error.
+#[inline(always)]
+fn on_complete(c: &impl EbpfContext, i: usize) {
+    let rq = arg(c, i);
+    let l = layout();
+    if !traced(rq_dev(rq, l)) {
+        return;
+    }
+    send(
+        Event::Complete as u32,
+        read(rq, l.rq_sector),
+        arg(c, i + 2) as u32,
+        read(rq, l.rq_cmd_flags),
+        arg(c, i + 1) as u32,
+    );
+}
+
+// Names within the kernel's 15 characters before the `_q`/`_raw` suffixes.
+programs!(on_queue => "block_bio_queue", t_queue, t_queue_raw, 0);
+programs!(on_queue => "block_bio_queue", t_queue_q, t_queue_q_raw, 1);
+programs!(on_backmerge => "block_bio_backmerge", t_back, t_back_raw, 0);
+programs!(on_backmerge => "block_bio_backmerge", t_back_q, t_back_q_raw, 2);
+programs!(on_frontmerge => "block_bio_frontmerge", t_front, t_front_raw, 0);
+programs!(on_frontmerge => "block_bio_frontmerge", t_front_q, t_front_q_raw, 2);
+programs!(on_getrq => "block_getrq", t_getrq, t_getrq_raw, 0);
+programs!(on_getrq => "block_getrq", t_getrq_q, t_getrq_q_raw, 1);
+programs!(on_insert => "block_rq_insert", t_insert, t_insert_raw, 0);
+programs!(on_insert => "block_rq_insert", t_insert_q, t_insert_q_raw, 1);
+programs!(on_issue => "block_rq_issue", t_issue, t_issue_raw, 0);
+programs!(on_issue => "block_rq_issue", t_issue_q, t_issue_q_raw, 1);
+programs!(on_requeue => "block_rq_requeue", t_requeue, t_requeue_raw, 0);
+programs!(on_requeue => "block_rq_requeue", t_requeue_q, t_requeue_q_raw, 1);
+programs!(on_rq_merge => "block_rq_merge", t_rq_merge, t_rq_merge_raw, 0);
+programs!(on_rq_merge => "block_rq_merge", t_rq_merge_q, t_rq_merge_q_raw, 1);
+programs!(on_complete => "block_rq_complete", t_complete, t_complete_raw, 0);
+programs!(on_complete => "block_rq_complete", t_complete_q, t_complete_q_raw, 1);
