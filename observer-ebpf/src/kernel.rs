@@ -2,7 +2,7 @@
 //! global [`LAYOUT`], which the loader fills from kernel BTF; each compatibility branch below
 //! names the kernel change that made it necessary.
 use aya_ebpf::{helpers::bpf_probe_read_kernel, EbpfContext};
-pub use observer_common::layout::{KernelLayout, OwnerLayout};
+pub use observer_common::layout::{FileLayout, KernelLayout, OwnerLayout};
 use observer_common::{
     class::{op_of, Op},
     maps::{disk_name_hash, mkdev, nameless_dev},
@@ -14,6 +14,9 @@ extern "C" {
     static LAYOUT: KernelLayout;
     /// Defined with `LAYOUT` by [`crate::layout_global!`]: the owner-cgroup chain's offsets.
     static OWNER_LAYOUT: OwnerLayout;
+    /// Defined with `LAYOUT` by [`crate::layout_global!`]: the bio-to-file chain's offsets
+    /// (crate::file).
+    pub(crate) static FILE_LAYOUT: FileLayout;
 }
 
 /// Defines `LAYOUT`, the kernel's struct offsets and enum values: filled by the loader from
@@ -26,6 +29,9 @@ macro_rules! layout_global {
         #[no_mangle]
         static OWNER_LAYOUT: observer_common::layout::OwnerLayout =
             observer_common::layout::OwnerLayout::ZERO;
+        #[no_mangle]
+        static FILE_LAYOUT: observer_common::layout::FileLayout =
+            observer_common::layout::FileLayout::ZERO;
     };
 }
 

@@ -7,7 +7,11 @@ use aya::{
     programs::{RawTracePoint, RawTracePointRunOptions, TestRun},
     Ebpf, EbpfLoader,
 };
-use observer_common::layout::KernelLayout;
+use aya::maps::Array;
+use observer_common::{
+    layout::KernelLayout,
+    maps::{FileInfo, FILE_INFO},
+};
 
 use super::loader::{load_err, ProbeError};
 
@@ -20,6 +24,20 @@ const IN_FLUSH_SEQ: u32 = 1 << 8;
 
 /// The program's name in the object.
 const PROGRAM: &str = "rq_state";
+/// The file lookup's program (observer-ebpf/src/reqstate.rs `file_of`).
+const FILE_PROGRAM: &str = "file_of";
+
+/// What [`RequestProbe::file`] asks about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileQuery {
+    /// A `struct request *` in flight (the key of its `INFLIGHT` entry).
+    Request(u64),
+    /// A `struct bio *` in flight on a bio-based disk.
+    Bio(u64),
+    /// The inode at this kernel address, which a slow event named, if it still holds this inode
+    /// number.
+    Inode(u64, u64),
+}
 
 /// What the kernel says of a request (`enum mq_rq_state`, include/linux/blk-mq.h).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +58,8 @@ pub enum RequestState {
 /// The loaded probe. Dropping it unloads the program.
 pub struct RequestProbe {
     ebpf: Ebpf,
+    /// Held from a `file_of` run to the read of its `FILE_INFO` result.
+    file_lock: std::sync::Mutex<()>,
     /// The value of MQ_RQ_IN_FLIGHT in this kernel's BTF.
     in_flight: u32,
 }
@@ -67,7 +87,18 @@ impl RequestProbe {
             .map_err(|e: aya::programs::ProgramError| load_err("finding rq_state")(e.into()))?;
         prog.load()
             .map_err(|e| load_err("loading rq_state")(e.into()))?;
-        Ok(RequestProbe { ebpf, in_flight })
+        let file: &mut RawTracePoint = ebpf
+            .program_mut(FILE_PROGRAM)
+            .ok_or_else(|| load_err("finding file_of")(anyhow::anyhow!("missing from object")))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| load_err("finding file_of")(e.into()))?;
+        file.load()
+            .map_err(|e| load_err("loading file_of")(e.into()))?;
+        Ok(RequestProbe {
+            ebpf,
+            file_lock: std::sync::Mutex::new(()),
+            in_flight,
+        })
     }
 
     /// Run count and run time of the probe's program (see [`super::progstats`]).
@@ -95,5 +126,30 @@ impl RequestProbe {
         } else {
             RequestState::NotInFlight
         })
+    }
+
+    /// The file an I/O carries and its path, leaf first (observer-ebpf/src/reqstate.rs
+    /// `file_of`: at most 8 names of up to 63 bytes). Runs the program once (a few µs) under a
+    /// lock. Errors if the test run or the map read fails.
+    pub fn file(&self, q: FileQuery) -> anyhow::Result<FileInfo> {
+        let prog: &RawTracePoint = self
+            .ebpf
+            .program(FILE_PROGRAM)
+            .expect("loaded in RequestProbe::load")
+            .try_into()?;
+        let mut opts = RawTracePointRunOptions::new();
+        opts.args[..4].copy_from_slice(&match q {
+            FileQuery::Request(rq) => [rq, 0, 0, 0],
+            FileQuery::Bio(bio) => [bio, 1, 0, 0],
+            FileQuery::Inode(inode, ino) => [0, 0, inode, ino],
+        });
+        let _held = self.file_lock.lock().unwrap_or_else(|e| e.into_inner());
+        prog.test_run(opts)?;
+        let map: Array<_, FileInfo> = Array::try_from(
+            self.ebpf
+                .map(FILE_INFO)
+                .ok_or_else(|| anyhow::anyhow!("{FILE_INFO} missing from the object"))?,
+        )?;
+        Ok(map.get(&0, 0)?)
     }
 }
