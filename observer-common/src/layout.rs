@@ -214,14 +214,15 @@ pub struct FileLayout {
     /// `struct dentry::d_name` + `struct qstr::name` (`const unsigned char *`, NUL-terminated).
     pub dentry_name: u32,
     /// `struct iomap_dio::iocb` (`struct kiocb *`, fs/iomap/direct-io.c: the `bi_private` of
-    /// iomap's direct-I/O bios); 0 when BTF has no `struct iomap_dio`.
+    /// iomap's direct-I/O bios); meaningful only with [`Self::dio`].
     pub dio_iocb: u32,
     /// `struct kiocb::ki_filp` (`struct file *`).
     pub iocb_filp: u32,
     /// `struct file::f_inode` (`struct inode *`).
     pub file_inode: u32,
-    /// Unused (no implicit padding).
-    pub _pad: u32,
+    /// 1 when BTF has `struct iomap_dio` (and the three offsets above), else 0: direct I/O's
+    /// file is then unknown.
+    pub dio: u32,
 }
 
 impl FileLayout {
@@ -244,7 +245,7 @@ impl FileLayout {
         dio_iocb: 0,
         iocb_filp: 0,
         file_inode: 0,
-        _pad: 0,
+        dio: 0,
     };
 }
 

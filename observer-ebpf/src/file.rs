@@ -9,7 +9,7 @@ use observer_common::maps::{
     FileRef, FILE_ANON, FILE_DATA, FILE_DIRECT, FILE_KERNEL, FILE_METADATA, FILE_NONE,
 };
 
-use crate::kernel::{FileLayout, KernelLayout, FILE_LAYOUT};
+use crate::kernel::{rodata, FileLayout, KernelLayout, FILE_LAYOUT};
 
 /// `S_IFMT` and `S_IFBLK` (include/uapi/linux/stat.h): the file type bits of `i_mode`.
 const S_IFMT: u16 = 0o170000;
@@ -35,14 +35,7 @@ pub fn peek<T: Default + Copy>(base: u64, off: u32) -> T {
 /// The file layout, read in place from `.rodata` (see [`crate::kernel::layout`]).
 #[inline(always)]
 pub fn file_layout() -> &'static FileLayout {
-    let mut p = core::ptr::addr_of!(FILE_LAYOUT);
-    // SAFETY: the asm only copies the register onto itself: no memory, no other register (the
-    // compiler must not fold the fields to the zeros the object was built with).
-    unsafe { core::arch::asm!("{0} = {0}", inout(reg) p) };
-    // SAFETY: `p` is the address of `FILE_LAYOUT`, the static every object linking this defines
-    // (`layout_global!`); nothing writes it at run time (`.rodata`, patched by the loader), and
-    // any bits are a value (u32 fields only).
-    unsafe { &*p }
+    rodata(core::ptr::addr_of!(FILE_LAYOUT))
 }
 
 /// The inode at `host`, of kind `kind`, if it is the host of `mapping` (`inode::i_mapping`
@@ -66,7 +59,7 @@ fn inode_ref(host: u64, mapping: u64, kind: u32, f: &FileLayout) -> Option<FileR
 /// that inode's mapping's host is the inode itself (a `bi_private` of another kind fails it).
 #[inline(always)]
 fn direct_io(bio: u64, l: &KernelLayout, f: &FileLayout) -> Option<FileRef> {
-    if f.dio_iocb == 0 {
+    if f.dio == 0 {
         return None;
     }
     let dio: u64 = peek(bio, l.bio_private);

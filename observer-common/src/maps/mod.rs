@@ -99,9 +99,8 @@ const _: () = assert!(core::mem::size_of::<Slot<BioQueued>>() == 8 + 8 + 32);
 const _: () = assert!(core::mem::size_of::<SlowEvent>() == 4 + 4 + 88 + 8 + 4 + 4 + 24);
 const _: () = assert!(core::mem::size_of::<StallEvent>() == 4 * 4 + 8 + 8);
 const _: () = assert!(core::mem::size_of::<FileRef>() == 8 + 8 + 4 + 4);
-const _: () = assert!(
-    core::mem::size_of::<FileInfo>() == 24 + 4 + 4 + FILE_PATH_DEPTH * FILE_NAME_BYTES
-);
+const _: () =
+    assert!(core::mem::size_of::<FileInfo>() == 24 + 4 + 4 + FILE_PATH_DEPTH * FILE_NAME_BYTES);
 
 /// `aya::Pod` (aya/src/lib.rs): the daemon copies these values to and from the kernel as
 /// bytes, so each must have no padding (bytes that would be read uninitialized) and take any

@@ -378,7 +378,7 @@ impl KernelBtf {
     /// The chain from a bio's first page to its file and the file's path ([`FileLayout`]),
     /// every member looked up by name (`dentry::d_u` is a named union of an unnamed type: its
     /// `d_alias` is found through the member's type). `resolved` 0 (logged) if any is missing;
-    /// `dio_iocb` 0 if BTF has no `struct iomap_dio` (direct I/O's file then unknown).
+    /// `dio` 0 if BTF has no `struct iomap_dio` (direct I/O's file then unknown).
     pub fn file_layout(&self) -> FileLayout {
         let m = |s: &str, f: &str| self.member_offset(s, f).ok();
         let chain = || -> Option<FileLayout> {
@@ -400,7 +400,7 @@ impl KernelBtf {
                 dio_iocb: m("iomap_dio", "iocb").unwrap_or(0),
                 iocb_filp: m("kiocb", "ki_filp")?,
                 file_inode: m("file", "f_inode")?,
-                _pad: 0,
+                dio: u32::from(m("iomap_dio", "iocb").is_some()),
             })
         };
         chain().unwrap_or_else(|| {

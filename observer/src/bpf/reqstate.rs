@@ -3,11 +3,11 @@
 //! attached: each question is one BPF_PROG_TEST_RUN of a raw_tp program (Linux 5.10+) with the
 //! request's address as its argument; the answer is the request's `state`.
 
+use aya::maps::Array;
 use aya::{
     programs::{RawTracePoint, RawTracePointRunOptions, TestRun},
     Ebpf, EbpfLoader,
 };
-use aya::maps::Array;
 use observer_common::{
     layout::KernelLayout,
     maps::{FileInfo, FILE_INFO},
@@ -55,11 +55,25 @@ pub enum RequestState {
     Unreadable,
 }
 
+/// Loads the raw_tp program `name` of `ebpf` (not attached: run with test runs).
+fn load_program(ebpf: &mut Ebpf, name: &str) -> Result<(), ProbeError> {
+    let what = format!("finding {name}");
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or_else(|| load_err(what.clone())(anyhow::anyhow!("missing from object")))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| load_err(what.clone())(e.into()))?;
+    prog.load()
+        .map_err(|e| load_err(&format!("loading {name}"))(e.into()))
+}
+
 /// The loaded probe. Dropping it unloads the program.
 pub struct RequestProbe {
     ebpf: Ebpf,
     /// Held from a `file_of` run to the read of its `FILE_INFO` result.
     file_lock: std::sync::Mutex<()>,
+    /// Whether `file_of` loaded.
+    files: bool,
     /// The value of MQ_RQ_IN_FLIGHT in this kernel's BTF.
     in_flight: u32,
 }
@@ -80,23 +94,17 @@ impl RequestProbe {
             .override_global("LAYOUT", layout, true)
             .load(OBJECT)
             .map_err(|e| load_err("loading the request-state probe")(e.into()))?;
-        let prog: &mut RawTracePoint = ebpf
-            .program_mut(PROGRAM)
-            .ok_or_else(|| load_err("finding rq_state")(anyhow::anyhow!("missing from object")))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| load_err("finding rq_state")(e.into()))?;
-        prog.load()
-            .map_err(|e| load_err("loading rq_state")(e.into()))?;
-        let file: &mut RawTracePoint = ebpf
-            .program_mut(FILE_PROGRAM)
-            .ok_or_else(|| load_err("finding file_of")(anyhow::anyhow!("missing from object")))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| load_err("finding file_of")(e.into()))?;
-        file.load()
-            .map_err(|e| load_err("loading file_of")(e.into()))?;
+        load_program(&mut ebpf, PROGRAM)?;
+        // Without the file lookup the reaper still works: files are then unknown.
+        let files = load_program(&mut ebpf, FILE_PROGRAM)
+            .inspect_err(|e| {
+                tracing::warn!(error = %format!("{e:#}"), "the file of stuck requests and the path of slow ones are unknown")
+            })
+            .is_ok();
         Ok(RequestProbe {
             ebpf,
             file_lock: std::sync::Mutex::new(()),
+            files,
             in_flight,
         })
     }
@@ -132,6 +140,7 @@ impl RequestProbe {
     /// `file_of`: at most 8 names of up to 63 bytes). Runs the program once (a few µs) under a
     /// lock. Errors if the test run or the map read fails.
     pub fn file(&self, q: FileQuery) -> anyhow::Result<FileInfo> {
+        anyhow::ensure!(self.files, "{FILE_PROGRAM} is not loaded");
         let prog: &RawTracePoint = self
             .ebpf
             .program(FILE_PROGRAM)

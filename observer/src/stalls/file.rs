@@ -55,7 +55,11 @@ impl Mounts {
             text.lines()
                 .filter_map(|l| {
                     let f: Vec<&str> = l.split(' ').collect();
-                    Some((f.get(2)?.to_string(), f.get(3)?.to_string(), f.get(4)?.to_string()))
+                    Some((
+                        f.get(2)?.to_string(),
+                        f.get(3)?.to_string(),
+                        f.get(4)?.to_string(),
+                    ))
                 })
                 .collect(),
         )
@@ -127,7 +131,11 @@ fn record(file: &FileRef, info: Option<&FileInfo>, mounts: &Mounts) -> Option<Fi
 
 /// The file of a slow request, from its event's `file`; the path looked up now by the inode's
 /// address, if it still holds that inode number.
-pub fn of_slow(file: &FileRef, probe: Option<&RequestProbe>, mounts: &Mounts) -> Option<FileRecord> {
+pub fn of_slow(
+    file: &FileRef,
+    probe: Option<&RequestProbe>,
+    mounts: &Mounts,
+) -> Option<FileRecord> {
     let info = match (probe, file.kind) {
         (Some(p), FILE_DATA | FILE_DIRECT) if file.inode != 0 => {
             p.file(FileQuery::Inode(file.inode, file.ino)).ok()

@@ -93,12 +93,12 @@ fn stuck_row(o: &mut String, s: &InflightRequest, depth: usize) {
         s.bytes,
     );
     who_cols(
-            o,
-            s.requeues,
-            &s.submitter,
-            s.owner_cgroup.as_deref(),
-            s.file.as_ref(),
-        );
+        o,
+        s.requeues,
+        &s.submitter,
+        s.owner_cgroup.as_deref(),
+        s.file.as_ref(),
+    );
     for h in &s.held_by {
         stuck_row(o, h, depth + 1);
     }
