@@ -116,6 +116,8 @@ fn slow_records_name_the_slow_file() {
         "slow records name the fast file: {wrong:?}"
     );
     // The text view has the same file.
+    let (_, text) = daemon.get(&format!("/stalls?device={}&limit=12", slow.name)).unwrap();
+    eprintln!("{text}");
     let (_, text) = daemon.get("/stalls?limit=5000").unwrap();
     assert!(
         text.contains(&format!("{} (ino {})", slow_file.display(), s.0)),
@@ -157,6 +159,8 @@ fn stuck_write_names_its_file() {
         &format!("/stalls?device={}&format=json", slow.name),
     );
     let inflight = json(&daemon, &format!("/inflight?device={}", slow.name));
+    let (_, text) = daemon.get(&format!("/stalls?device={}", slow.name)).unwrap();
+    eprintln!("{text}");
     slow.knobs().release();
     assert!(child.wait().unwrap().success());
     eprintln!(
