@@ -116,7 +116,9 @@ fn slow_records_name_the_slow_file() {
         "slow records name the fast file: {wrong:?}"
     );
     // The text view has the same file.
-    let (_, text) = daemon.get(&format!("/stalls?device={}&limit=12", slow.name)).unwrap();
+    let (_, text) = daemon
+        .get(&format!("/stalls?device={}&limit=12", slow.name))
+        .unwrap();
     eprintln!("{text}");
     let (_, text) = daemon.get("/stalls?limit=5000").unwrap();
     assert!(
@@ -159,7 +161,9 @@ fn stuck_write_names_its_file() {
         &format!("/stalls?device={}&format=json", slow.name),
     );
     let inflight = json(&daemon, &format!("/inflight?device={}", slow.name));
-    let (_, text) = daemon.get(&format!("/stalls?device={}", slow.name)).unwrap();
+    let (_, text) = daemon
+        .get(&format!("/stalls?device={}", slow.name))
+        .unwrap();
     eprintln!("{text}");
     slow.knobs().release();
     assert!(child.wait().unwrap().success());

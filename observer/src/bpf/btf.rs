@@ -639,6 +639,26 @@ mod tests {
         assert_eq!(l.cgroup_root, offset("cgroup", "root"));
         assert_eq!(l.root_hierarchy_id, offset("cgroup_root", "hierarchy_id"));
         assert_eq!(btf.member_size("kernfs_node", "id"), Some(8));
+        // The bio-to-file chain; `d_alias` is the first member of the union `d_u`.
+        let f = btf.file_layout();
+        assert_eq!((f.resolved, f.dio), (1, 1));
+        assert_eq!(f.bio_io_vec, offset("bio", "bi_io_vec"));
+        assert_eq!(f.bvec_page, offset("bio_vec", "bv_page"));
+        assert_eq!(f.mapping_host, offset("address_space", "host"));
+        assert_eq!(f.inode_mapping, offset("inode", "i_mapping"));
+        assert_eq!(f.inode_mode, offset("inode", "i_mode"));
+        assert_eq!(f.inode_ino, offset("inode", "i_ino"));
+        assert_eq!(f.inode_sb, offset("inode", "i_sb"));
+        assert_eq!(f.sb_dev, offset("super_block", "s_dev"));
+        assert_eq!(f.dentry_parent, offset("dentry", "d_parent"));
+        assert_eq!(f.dentry_alias, offset("dentry", "d_u"));
+        assert_eq!(f.dio_iocb, offset("iomap_dio", "iocb"));
+        assert_eq!(f.iocb_filp, offset("kiocb", "ki_filp"));
+        assert_eq!(f.file_inode, offset("file", "f_inode"));
+        assert_eq!(
+            btf.nested_offset("dentry", &["d_u", "no_such_member"]),
+            None
+        );
         assert_eq!(btf.arg_layout("block_rq_issue"), Some(ArgLayout::Current));
         assert_eq!(btf.tracepoint_args("block_rq_complete").unwrap().len(), 3);
         assert!(btf.tracepoint_args("no_such_tracepoint").is_none());

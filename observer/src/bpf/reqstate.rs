@@ -114,17 +114,26 @@ impl RequestProbe {
         super::progstats::program_runs(&self.ebpf)
     }
 
+    /// One test run of program `name` (loaded in [`RequestProbe::load`]): its return value.
+    fn run(
+        &self,
+        name: &str,
+        opts: RawTracePointRunOptions,
+    ) -> Result<u32, aya::programs::ProgramError> {
+        let prog: &RawTracePoint = self
+            .ebpf
+            .program(name)
+            .expect("loaded in RequestProbe::load")
+            .try_into()?;
+        Ok(prog.test_run(opts)?.return_value)
+    }
+
     /// The state of the `struct request` at kernel address `rq`. Errors if the test run fails
     /// (e.g. BPF_PROG_TEST_RUN refused): then nothing is known.
     pub fn state(&self, rq: u64) -> Result<RequestState, aya::programs::ProgramError> {
-        let prog: &RawTracePoint = self
-            .ebpf
-            .program(PROGRAM)
-            .expect("loaded in RequestProbe::load")
-            .try_into()?;
         let mut opts = RawTracePointRunOptions::new();
         opts.args[0] = rq;
-        let v = prog.test_run(opts)?.return_value;
+        let v = self.run(PROGRAM, opts)?;
         Ok(if v == u32::MAX {
             RequestState::Unreadable
         } else if v & IN_FLUSH_SEQ != 0 {
@@ -141,11 +150,6 @@ impl RequestProbe {
     /// lock. Errors if the test run or the map read fails.
     pub fn file(&self, q: FileQuery) -> anyhow::Result<FileInfo> {
         anyhow::ensure!(self.files, "{FILE_PROGRAM} is not loaded");
-        let prog: &RawTracePoint = self
-            .ebpf
-            .program(FILE_PROGRAM)
-            .expect("loaded in RequestProbe::load")
-            .try_into()?;
         let mut opts = RawTracePointRunOptions::new();
         opts.args[..4].copy_from_slice(&match q {
             FileQuery::Request(rq) => [rq, 0, 0, 0],
@@ -153,7 +157,7 @@ impl RequestProbe {
             FileQuery::Inode(inode, ino) => [0, 0, inode, ino],
         });
         let _held = self.file_lock.lock().unwrap_or_else(|e| e.into_inner());
-        prog.test_run(opts)?;
+        self.run(FILE_PROGRAM, opts)?;
         let map: Array<_, FileInfo> = Array::try_from(
             self.ebpf
                 .map(FILE_INFO)
