@@ -172,6 +172,86 @@ impl KernelLayout {
 // No implicit padding: 40 × 4 bytes, then the u64.
 const _: () = assert!(core::mem::size_of::<KernelLayout>() == 40 * 4 + 8);
 
+/// Offsets (bytes) of the chain from a bio's first page to the file whose data it carries,
+/// read from kernel BTF by the daemon (observer/src/bpf/btf.rs `file_layout`) and used only for
+/// slow requests and on demand (observer-ebpf/src/file.rs): `bio::bi_io_vec` →
+/// `bio_vec::bv_page` → `page::mapping` (`struct address_space *`) → `address_space::host`
+/// (`struct inode *`) → `inode::i_ino`, `inode::i_sb` → `super_block::s_dev`, and the path from
+/// `inode::i_dentry` (first alias) up `dentry::d_parent`. [`Self::resolved`] is 0 when BTF
+/// lacks any of them: then every file is unknown.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileLayout {
+    /// 1 when every offset below was found in BTF, else 0.
+    pub resolved: u32,
+    /// `struct bio::bi_io_vec` (`struct bio_vec *`).
+    pub bio_io_vec: u32,
+    /// `struct bio_vec::bv_page` (`struct page *`).
+    pub bvec_page: u32,
+    /// `struct page::mapping` (`struct address_space *`; bit 0 set (PAGE_MAPPING_ANON,
+    /// include/linux/page-flags.h) for anonymous memory).
+    pub page_mapping: u32,
+    /// `struct address_space::host` (`struct inode *`).
+    pub mapping_host: u32,
+    /// `struct inode::i_mapping` (`struct address_space *`): must point back at the page's
+    /// mapping, else the page is not page cache (e.g. a slab page, whose `mapping` word is
+    /// something else).
+    pub inode_mapping: u32,
+    /// `struct inode::i_mode` (`umode_t`, u16; S_IFMT bits as in include/uapi/linux/stat.h).
+    pub inode_mode: u32,
+    /// `struct inode::i_ino` (unsigned long).
+    pub inode_ino: u32,
+    /// `struct inode::i_sb` (`struct super_block *`).
+    pub inode_sb: u32,
+    /// `struct super_block::s_dev` (`dev_t`, kernel encoding: major << 20 | minor).
+    pub sb_dev: u32,
+    /// `struct inode::i_dentry` (`struct hlist_head`: its first alias).
+    pub inode_dentry: u32,
+    /// `struct dentry::d_u.d_alias` (`struct hlist_node`, the link in `i_dentry`).
+    pub dentry_alias: u32,
+    /// `struct dentry::d_parent` (`struct dentry *`; the root is its own parent).
+    pub dentry_parent: u32,
+    /// `struct dentry::d_name` + `struct qstr::name` (`const unsigned char *`, NUL-terminated).
+    pub dentry_name: u32,
+    /// `struct iomap_dio::iocb` (`struct kiocb *`, fs/iomap/direct-io.c: the `bi_private` of
+    /// iomap's direct-I/O bios); meaningful only with [`Self::dio`].
+    pub dio_iocb: u32,
+    /// `struct kiocb::ki_filp` (`struct file *`).
+    pub iocb_filp: u32,
+    /// `struct file::f_inode` (`struct inode *`).
+    pub file_inode: u32,
+    /// 1 when BTF has `struct iomap_dio` (and the three offsets above), else 0: direct I/O's
+    /// file is then unknown.
+    pub dio: u32,
+}
+
+impl FileLayout {
+    /// All zero: the placeholder compiled into the programs (every file unknown).
+    pub const ZERO: FileLayout = FileLayout {
+        resolved: 0,
+        bio_io_vec: 0,
+        bvec_page: 0,
+        page_mapping: 0,
+        mapping_host: 0,
+        inode_mapping: 0,
+        inode_mode: 0,
+        inode_ino: 0,
+        inode_sb: 0,
+        sb_dev: 0,
+        inode_dentry: 0,
+        dentry_alias: 0,
+        dentry_parent: 0,
+        dentry_name: 0,
+        dio_iocb: 0,
+        iocb_filp: 0,
+        file_inode: 0,
+        dio: 0,
+    };
+}
+
+// No implicit padding: 18 × 4 bytes.
+const _: () = assert!(core::mem::size_of::<FileLayout>() == 18 * 4);
+
 /// Offsets (bytes) of the chain from a bio to the cgroup that owns it, read from kernel BTF by
 /// member name, in a read-only global of their own (`OWNER_LAYOUT`): the programs read its
 /// fields one by one where the owner is read (once per request, at entry) instead of copying
@@ -232,3 +312,6 @@ unsafe impl aya::Pod for KernelLayout {}
 // SAFETY: aya::Pod: repr(C), 8 u32, no padding (the const size check above); integers only.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for OwnerLayout {}
+// SAFETY: aya::Pod: repr(C), 18 u32, no padding (the const size check above); integers only.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for FileLayout {}

@@ -2,7 +2,7 @@
 //! global [`LAYOUT`], which the loader fills from kernel BTF; each compatibility branch below
 //! names the kernel change that made it necessary.
 use aya_ebpf::{helpers::bpf_probe_read_kernel, EbpfContext};
-pub use observer_common::layout::{KernelLayout, OwnerLayout};
+pub use observer_common::layout::{FileLayout, KernelLayout, OwnerLayout};
 use observer_common::{
     class::{op_of, Op},
     maps::{disk_name_hash, mkdev, nameless_dev},
@@ -14,6 +14,9 @@ extern "C" {
     static LAYOUT: KernelLayout;
     /// Defined with `LAYOUT` by [`crate::layout_global!`]: the owner-cgroup chain's offsets.
     static OWNER_LAYOUT: OwnerLayout;
+    /// Defined with `LAYOUT` by [`crate::layout_global!`]: the bio-to-file chain's offsets
+    /// (crate::file).
+    pub(crate) static FILE_LAYOUT: FileLayout;
 }
 
 /// Defines `LAYOUT`, the kernel's struct offsets and enum values: filled by the loader from
@@ -26,6 +29,9 @@ macro_rules! layout_global {
         #[no_mangle]
         static OWNER_LAYOUT: observer_common::layout::OwnerLayout =
             observer_common::layout::OwnerLayout::ZERO;
+        #[no_mangle]
+        static FILE_LAYOUT: observer_common::layout::FileLayout =
+            observer_common::layout::FileLayout::ZERO;
     };
 }
 
@@ -35,15 +41,20 @@ macro_rules! layout_global {
 /// observer/src/bpf/loader.rs, `programs_stack_within_margin`).
 #[inline(always)]
 pub fn layout() -> &'static KernelLayout {
-    let mut p = core::ptr::addr_of!(LAYOUT);
+    rodata(core::ptr::addr_of!(LAYOUT))
+}
+
+/// A layout global read in place ([`layout`], [`crate::file::file_layout`]).
+#[inline(always)]
+pub(crate) fn rodata<T>(mut p: *const T) -> &'static T {
     // The value is patched into the object after compilation: the compiler must not fold the
     // fields to the zeros it was built with, so it is not told which static `p` points at.
     // SAFETY: the asm only copies the register onto itself: no memory, no other register.
     unsafe { core::arch::asm!("{0} = {0}", inout(reg) p) };
-    // SAFETY: `p` is the address of `LAYOUT`, the `KernelLayout` static that every object linking
-    // this defines ([`layout_global!`](crate::layout_global)); nothing writes it at run time
-    // (`.rodata`, patched by the loader before load), and any bits are a value (u32 and u64
-    // fields only).
+    // SAFETY: every caller passes the address of a layout static (`LAYOUT`, `FILE_LAYOUT`) that
+    // every object linking this defines ([`layout_global!`](crate::layout_global)); nothing
+    // writes it at run time (`.rodata`, patched by the loader before load), and any bits are a
+    // value (u32 and u64 fields only).
     unsafe { &*p }
 }
 

@@ -9,11 +9,12 @@
 //! The bottom of every object's layers (the observer's are in main.rs). Within it, imports flow
 //! down these layers (observer/tests/layers.rs checks them as main.rs' own):
 //!
-//! 1. [`slots`]
+//! 1. [`file`], [`slots`]
 //! 2. [`kernel`], [`store`]
 #![no_std]
 #![feature(asm_experimental_arch)]
 
+pub mod file;
 pub mod kernel;
 pub mod slots;
 pub mod store;

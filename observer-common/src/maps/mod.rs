@@ -96,8 +96,11 @@ const _: () = assert!(core::mem::size_of::<OwnerKey>() == 4 + 2 + 2 + 8);
 const _: () = assert!(core::mem::size_of::<OwnerStats>() == 8 + 8);
 const _: () = assert!(core::mem::size_of::<Slot<Inflight>>() == 8 + 8 + 88);
 const _: () = assert!(core::mem::size_of::<Slot<BioQueued>>() == 8 + 8 + 32);
-const _: () = assert!(core::mem::size_of::<SlowEvent>() == 4 + 4 + 88 + 8 + 4 + 4);
+const _: () = assert!(core::mem::size_of::<SlowEvent>() == 4 + 4 + 88 + 8 + 4 + 4 + 24);
 const _: () = assert!(core::mem::size_of::<StallEvent>() == 4 * 4 + 8 + 8);
+const _: () = assert!(core::mem::size_of::<FileRef>() == 8 + 8 + 4 + 4);
+const _: () =
+    assert!(core::mem::size_of::<FileInfo>() == 24 + 4 + 4 + FILE_PATH_DEPTH * FILE_NAME_BYTES);
 
 /// `aya::Pod` (aya/src/lib.rs): the daemon copies these values to and from the kernel as
 /// bytes, so each must have no padding (bytes that would be read uninitialized) and take any
@@ -129,6 +132,9 @@ mod pod {
     unsafe impl aya::Pod for super::DevState {}
     // SAFETY: repr(C), u32 + two u16, u64s, two u32: 48 bytes, asserted above.
     unsafe impl aya::Pod for super::MissedMerge {}
+    // SAFETY: repr(C), a FileRef (two u64, two u32), two u32 and a byte array: no padding,
+    // the size asserted above.
+    unsafe impl aya::Pod for super::FileInfo {}
     // SAFETY: repr(C), u32 + two u16 (`_pad` explicit) then u64: 16 bytes, asserted above.
     unsafe impl aya::Pod for super::OwnerKey {}
     // SAFETY: repr(C), two u64: 16 bytes, asserted above.

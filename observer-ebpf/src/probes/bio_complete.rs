@@ -16,7 +16,7 @@ use observer_common::{
     maps::{Counter, Inflight, SlowEvent, EVENT_SLOW},
     stage::Latency,
 };
-use observer_ebpf::{arg, kernel::bio_dev, layout, programs, read, store::add};
+use observer_ebpf::{arg, file::file_of_bio, kernel::bio_dev, layout, programs, read, store::add};
 
 use super::bio_remap::ended_unrequested;
 use crate::{
@@ -125,15 +125,16 @@ pub fn bio_completed(bio: u64, l: &KernelLayout) {
         e.size
     };
     // With the bytes of the bios chained to it and folded in (`e.bytes`, chain.rs).
-    bio_ended(e, bytes as u64 + e.bytes, status as u64);
+    bio_ended(bio, e, bytes as u64 + e.bytes, status as u64);
 }
 
 /// Counts the end of an I/O of a bio-based disk (taken out of `INFLIGHT`) like a request's
 /// final completion: `bytes` (B), `status` as its error, and only the total stage (entry →
 /// now, btt Q2C): nothing is dispatched on such a disk. Its disk's device-stall state counts
-/// it as at the device from its entry; a slow one is reported. Returns now (ns).
+/// it as at the device from its entry; a slow one is reported with the file of `bio`'s data
+/// (observer_ebpf::file, read only then). Returns now (ns).
 #[inline(always)]
-pub fn bio_ended(mut e: Inflight, bytes: u64, status: u64) -> u64 {
+pub fn bio_ended(bio: u64, mut e: Inflight, bytes: u64, status: u64) -> u64 {
     // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { bpf_ktime_get_ns() };
     e.bytes = bytes;
@@ -157,6 +158,7 @@ pub fn bio_ended(mut e: Inflight, bytes: u64, status: u64) -> u64 {
             complete_ns: now,
             merges: 0,
             status: status as u32,
+            file: file_of_bio(bio, &layout()),
         });
     }
     now

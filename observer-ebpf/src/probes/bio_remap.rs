@@ -187,7 +187,7 @@ fn end_found(found: &Ended, error: u64) {
     }
     if let Some(e) = take(found.bios[0]) {
         // With the bytes of bios chained to it and folded in (chain.rs).
-        bio_ended(e, e.size as u64 + e.bytes, error);
+        bio_ended(found.bios[0], e, e.size as u64 + e.bytes, error);
     }
     // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
@@ -225,7 +225,7 @@ pub fn ended_unrequested(bio: u64, status: u64) -> bool {
     let Some(e) = take(bio) else {
         return false;
     };
-    bio_ended(e, e.size as u64 + e.bytes, status);
+    bio_ended(bio, e, e.size as u64 + e.bytes, status);
     true
 }
 

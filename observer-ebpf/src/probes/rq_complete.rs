@@ -15,6 +15,7 @@ use observer_common::{
 };
 use observer_ebpf::{
     arg,
+    file::file_of_bio,
     kernel::{bio_merges, in_flush_seq, is_flush, original_flags, rq_dev},
     layout, programs, read,
     store::{add, observe, put},
@@ -116,6 +117,9 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
             complete_ns: now,
             merges,
             status: error as u32,
+            // The first bio is still the request's here (blk_update_request traces before it
+            // ends any bio): read only for a slow request.
+            file: file_of_bio(read(rq, l.rq_bio), &l),
         });
     }
 }

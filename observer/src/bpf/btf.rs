@@ -5,7 +5,7 @@ use std::path::Path;
 
 use btf_rs::{Backend, Btf, BtfType, Type};
 use fallible_iterator::FallibleIterator;
-use observer_common::layout::{KernelLayout, OwnerLayout};
+use observer_common::layout::{FileLayout, KernelLayout, OwnerLayout};
 
 /// Default location of the kernel's own BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -375,6 +375,68 @@ impl KernelBtf {
         })
     }
 
+    /// The chain from a bio's first page to its file and the file's path ([`FileLayout`]),
+    /// every member looked up by name (`dentry::d_u` is a named union of an unnamed type: its
+    /// `d_alias` is found through the member's type). `resolved` 0 (logged) if any is missing;
+    /// `dio` 0 if BTF has no `struct iomap_dio` (direct I/O's file then unknown).
+    pub fn file_layout(&self) -> FileLayout {
+        let m = |s: &str, f: &str| self.member_offset(s, f).ok();
+        let chain = || -> Option<FileLayout> {
+            Some(FileLayout {
+                resolved: 1,
+                bio_io_vec: m("bio", "bi_io_vec")?,
+                bvec_page: m("bio_vec", "bv_page")?,
+                page_mapping: m("page", "mapping")?,
+                mapping_host: m("address_space", "host")?,
+                inode_mapping: m("inode", "i_mapping")?,
+                inode_mode: m("inode", "i_mode")?,
+                inode_ino: m("inode", "i_ino")?,
+                inode_sb: m("inode", "i_sb")?,
+                sb_dev: m("super_block", "s_dev")?,
+                inode_dentry: m("inode", "i_dentry")?,
+                dentry_alias: self.nested_offset("dentry", &["d_u", "d_alias"])?,
+                dentry_parent: m("dentry", "d_parent")?,
+                dentry_name: m("dentry", "d_name")? + m("qstr", "name")?,
+                dio_iocb: m("iomap_dio", "iocb").unwrap_or(0),
+                iocb_filp: m("kiocb", "ki_filp")?,
+                file_inode: m("file", "f_inode")?,
+                dio: u32::from(m("iomap_dio", "iocb").is_some()),
+            })
+        };
+        chain().unwrap_or_else(|| {
+            tracing::info!(
+                "kernel BTF lacks part of the chain bio → page → mapping → inode → dentry: the \
+                 file of slow and stuck requests is unknown"
+            );
+            FileLayout::ZERO
+        })
+    }
+
+    /// Byte offset of the member at `path` in `struct name`, each step a member of the previous
+    /// one's type (named or anonymous struct or union), e.g. `["d_u", "d_alias"]`.
+    pub fn nested_offset(&self, name: &str, path: &[&str]) -> Option<u32> {
+        let mut st = self.named_types(name).into_iter().find_map(|t| match t {
+            Type::Struct(s) => Some(s),
+            _ => None,
+        })?;
+        let mut bits = 0;
+        for (i, step) in path.iter().enumerate() {
+            let member = st
+                .members
+                .iter()
+                .find(|m| self.btf.resolve_name(*m).unwrap_or_default() == *step)?;
+            bits += member.bit_offset();
+            if i + 1 == path.len() {
+                return Some(bits / 8);
+            }
+            st = match self.btf.resolve_chained_type(member).ok()? {
+                Type::Struct(s) | Type::Union(s) => s,
+                _ => return None,
+            };
+        }
+        None
+    }
+
     /// Size (bytes) of `member` of `struct name` (through typedefs), if BTF has it.
     pub fn member_size(&self, name: &str, member: &str) -> Option<u32> {
         for ty in self.named_types(name) {
@@ -577,6 +639,26 @@ mod tests {
         assert_eq!(l.cgroup_root, offset("cgroup", "root"));
         assert_eq!(l.root_hierarchy_id, offset("cgroup_root", "hierarchy_id"));
         assert_eq!(btf.member_size("kernfs_node", "id"), Some(8));
+        // The bio-to-file chain; `d_alias` is the first member of the union `d_u`.
+        let f = btf.file_layout();
+        assert_eq!((f.resolved, f.dio), (1, 1));
+        assert_eq!(f.bio_io_vec, offset("bio", "bi_io_vec"));
+        assert_eq!(f.bvec_page, offset("bio_vec", "bv_page"));
+        assert_eq!(f.mapping_host, offset("address_space", "host"));
+        assert_eq!(f.inode_mapping, offset("inode", "i_mapping"));
+        assert_eq!(f.inode_mode, offset("inode", "i_mode"));
+        assert_eq!(f.inode_ino, offset("inode", "i_ino"));
+        assert_eq!(f.inode_sb, offset("inode", "i_sb"));
+        assert_eq!(f.sb_dev, offset("super_block", "s_dev"));
+        assert_eq!(f.dentry_parent, offset("dentry", "d_parent"));
+        assert_eq!(f.dentry_alias, offset("dentry", "d_u"));
+        assert_eq!(f.dio_iocb, offset("iomap_dio", "iocb"));
+        assert_eq!(f.iocb_filp, offset("kiocb", "ki_filp"));
+        assert_eq!(f.file_inode, offset("file", "f_inode"));
+        assert_eq!(
+            btf.nested_offset("dentry", &["d_u", "no_such_member"]),
+            None
+        );
         assert_eq!(btf.arg_layout("block_rq_issue"), Some(ArgLayout::Current));
         assert_eq!(btf.tracepoint_args("block_rq_complete").unwrap().len(), 3);
         assert!(btf.tracepoint_args("no_such_tracepoint").is_none());

@@ -318,12 +318,18 @@ pub fn attach(
     let layout_cells: [OnceCell<KernelLayout>; 2] = Default::default();
     let probe_layout = OnceCell::new();
     let owner_cell = OnceCell::new();
+    let file_cell = OnceCell::new();
     let mut loader = object_loader();
     let kbtf = KernelBtf::from_file(VMLINUX_BTF)?;
     let layout = kbtf.kernel_layout()?;
     loader.override_global(
         "OWNER_LAYOUT",
         owner_cell.get_or_init(|| kbtf.owner_layout()),
+        true,
+    );
+    loader.override_global(
+        "FILE_LAYOUT",
+        file_cell.get_or_init(|| kbtf.file_layout()),
         true,
     );
     let stats_entries = class_stats_entries(stats_memory_mib);

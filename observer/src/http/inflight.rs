@@ -40,6 +40,7 @@ pub async fn get_inflight(State(st): State<Arc<AppState>>, RawQuery(q): RawQuery
             &f,
             &clock,
             &mut CgroupNames::default(),
+            st.request_probe.as_deref(),
         )
     })
     .await;

@@ -55,6 +55,7 @@ pub async fn get_stalls(
             query: &query,
             stall_ns: settings.stall_ns,
             slow_total_ns,
+            probe: st.request_probe.as_deref(),
         })
     })
     .await;

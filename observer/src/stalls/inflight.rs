@@ -4,11 +4,15 @@ use observer_common::maps::Inflight;
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::records::{Filter, InflightRequest, Submitter, UpperIo};
+use super::{
+    file::{of_inflight, Mounts},
+    records::{Filter, InflightRequest, Submitter, UpperIo},
+};
 use crate::{
     bpf::{
         batch::{read_bios, read_inflight},
         maps::KernelMaps,
+        reqstate::RequestProbe,
     },
     config::DeviceFilter,
     disks::DiskView,
@@ -20,7 +24,9 @@ use crate::{
 /// (stage `queue` since their entry: sleeping for a tag, or throttled), on devices
 /// `filter` allows and `f` selects (`device`, `min_ns` as a minimum age, `limit`), oldest
 /// first, with stage, age and submitter, the upper I/O each serves and the I/Os below that
-/// hold each (`UPPER`, observer-ebpf inherit.rs; at most [`MAX_DEPTH`] levels down).
+/// hold each (`UPPER`, observer-ebpf inherit.rs; at most [`MAX_DEPTH`] levels down), and the
+/// file each carries (asked of the kernel with `probe`, one test run per record listed:
+/// [`super::file::of_inflight`]).
 pub fn inflight(
     maps: &KernelMaps,
     disks: &DiskView,
@@ -28,6 +34,7 @@ pub fn inflight(
     f: &Filter,
     clock: &Clock,
     cg: &mut CgroupNames,
+    probe: Option<&RequestProbe>,
 ) -> Vec<InflightRequest> {
     let mut all: Vec<(u64, Inflight)> = read_inflight(&maps.inflight)
         .into_iter()
@@ -75,6 +82,8 @@ pub fn inflight(
         disks,
         bio_based: BTreeMap::new(),
         names: HashMap::new(),
+        probe,
+        mounts: Mounts::read(),
     };
     let mut out = Vec::new();
     for (i, (_, e)) in all.iter().enumerate() {
@@ -118,6 +127,8 @@ struct View<'a> {
     disks: &'a DiskView,
     bio_based: BTreeMap<u32, bool>,
     names: HashMap<u32, String>,
+    probe: Option<&'a RequestProbe>,
+    mounts: Mounts,
 }
 
 impl View<'_> {
@@ -147,7 +158,7 @@ impl View<'_> {
 
     /// The record of entry `i`, with the entries that serve it down to [`MAX_DEPTH`].
     fn record(&mut self, i: usize, depth: usize) -> InflightRequest {
-        let e = self.all[i].1;
+        let (key, e) = self.all[i];
         let clock = self.clock;
         let start = e.start_ns();
         let at_device = e.at_device();
@@ -197,6 +208,7 @@ impl View<'_> {
             },
             owner_cgroup_id: e.owner_cgroup,
             owner_cgroup: self.cg.path(e.owner_cgroup),
+            file: of_inflight(key, bio, self.probe, &self.mounts),
             upper,
             held_by,
         }

@@ -6,6 +6,7 @@
 //! are read from `INFLIGHT` and `DEVSTATE` at query time. All kernel times are CLOCK_MONOTONIC
 //! ns; [`crate::time::Clock`] turns them into wall-clock times for display.
 
+pub mod file;
 pub mod inflight;
 pub mod records;
 pub mod report;

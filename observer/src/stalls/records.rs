@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::file::FileRecord;
 use crate::labels::ClassInfo;
 
 /// Who submitted a request, captured at `block_io_start` in the submitting task.
@@ -57,6 +58,9 @@ pub struct SlowRequest {
     pub owner_cgroup_id: u64,
     /// Its path (as [`Submitter::cgroup`]); null when unknown or gone.
     pub owner_cgroup: Option<String>,
+    /// The file whose data it carried (its first page, read at its completion; the path looked
+    /// up when the report is made); null for no data page (flush, discard).
+    pub file: Option<FileRecord>,
 }
 
 /// A request in flight now.
@@ -92,6 +96,9 @@ pub struct InflightRequest {
     pub owner_cgroup_id: u64,
     /// Its path (as [`Submitter::cgroup`]); null when unknown or gone.
     pub owner_cgroup: Option<String>,
+    /// The file whose data it carries (its first page, asked of the kernel when the list is
+    /// made); null for no data page (flush, discard) or a bio not yet in a request.
+    pub file: Option<FileRecord>,
     /// The upper disk's I/O this one serves: where `block_bio_remap` says its bio came from
     /// (a leg request of md0's bio; a dm clone's original); null for an I/O submitted to this
     /// disk itself.

@@ -10,11 +10,12 @@ use observer_common::{
 };
 
 use super::{
+    file::{of_slow, Mounts},
     inflight::inflight,
     records::{Episode, Filter, InflightRequest, SlowRequest, StallReport, Submitter},
 };
 use crate::{
-    bpf::{batch::read_inflight, maps::KernelMaps},
+    bpf::{batch::read_inflight, maps::KernelMaps, reqstate::RequestProbe},
     collect::events::History,
     config::DeviceFilter,
     disks::DiskView,
@@ -39,6 +40,9 @@ pub struct ReportInput<'a> {
     /// Per op (index of [`Op::ALL`]): the slow threshold of stage total (ns), the default
     /// "stuck" age; 0 = use `stall_ns`.
     pub slow_total_ns: [u64; 6],
+    /// The request-state probe, which looks up the file a request carries (None: not loaded,
+    /// then only what the slow events carry is shown, without paths).
+    pub probe: Option<&'a RequestProbe>,
 }
 
 impl ReportInput<'_> {
@@ -98,7 +102,15 @@ fn stuck(input: &ReportInput, clock: &Clock, cg: &mut CgroupNames) -> Vec<Inflig
         limit: usize::MAX,
         ..f.clone()
     };
-    let mut stuck = inflight(input.maps, input.disks, input.filter, &all, clock, cg);
+    let mut stuck = inflight(
+        input.maps,
+        input.disks,
+        input.filter,
+        &all,
+        clock,
+        cg,
+        input.probe,
+    );
     stuck.retain(|r| {
         let op = Op::ALL
             .iter()
@@ -243,6 +255,7 @@ fn slow_requests(input: &ReportInput, clock: &Clock, cg: &mut CgroupNames) -> Ve
     let h = input.history;
     let mut slow = Vec::new();
     let only = f.id.map(|id| h.slow_index(id));
+    let mounts = Mounts::read();
     let kept = h.slow().iter().enumerate().rev();
     let kept: Box<dyn Iterator<Item = (usize, &SlowEvent)>> = match only {
         None => Box::new(kept),
@@ -257,6 +270,7 @@ fn slow_requests(input: &ReportInput, clock: &Clock, cg: &mut CgroupNames) -> Ve
             continue;
         }
         let mut r = slow_request(ev, name, input.disks.bio_based(ev.dev), clock, cg);
+        r.file = of_slow(&ev.file, input.probe, &mounts);
         r.id = h.slow_id(i).to_string();
         if f.min_ns.is_some_and(|m| r.total_seconds * 1e9 < m as f64) {
             continue;
@@ -302,5 +316,6 @@ fn slow_request(
         },
         owner_cgroup_id: e.owner_cgroup,
         owner_cgroup: cg.path(e.owner_cgroup),
+        file: None,
     }
 }

@@ -3,7 +3,10 @@
 
 use std::fmt::Write;
 
-use super::records::{InflightRequest, StallReport, Submitter};
+use super::{
+    file::FileRecord,
+    records::{InflightRequest, StallReport, Submitter},
+};
 
 fn secs(v: f64) -> String {
     if v >= 1.0 {
@@ -52,7 +55,7 @@ fn stuck_table(o: &mut String, r: &StallReport) {
     }
     let _ = writeln!(
         o,
-        "{:<10} {:<7} {:>10} {:>10} {:<6} {:>12} {:>8} {:>3} {:>7} {:<16} {:<24} OWNER",
+        "{:<10} {:<7} {:>10} {:>10} {:<6} {:>12} {:>8} {:>3} {:>7} {:<16} {:<24} {:<24} FILE",
         "DEVICE",
         "STAGE",
         "AGE",
@@ -63,7 +66,8 @@ fn stuck_table(o: &mut String, r: &StallReport) {
         "RQ",
         "PID",
         "COMM",
-        "CGROUP"
+        "CGROUP",
+        "OWNER"
     );
     for s in &r.stuck {
         stuck_row(o, s, 0);
@@ -88,24 +92,58 @@ fn stuck_row(o: &mut String, s: &InflightRequest, depth: usize) {
         s.sector,
         s.bytes,
     );
-    who_cols(o, s.requeues, &s.submitter, s.owner_cgroup.as_deref());
+    who_cols(
+        o,
+        s.requeues,
+        &s.submitter,
+        s.owner_cgroup.as_deref(),
+        s.file.as_ref(),
+    );
     for h in &s.held_by {
         stuck_row(o, h, depth + 1);
     }
 }
 
-/// The columns a stuck and a slow row end with (`RQ PID COMM CGROUP OWNER`): requeues, who
-/// submitted the request and the cgroup that owns it (`-` where unknown); ends the line.
-fn who_cols(o: &mut String, requeues: u8, s: &Submitter, owner_cgroup: Option<&str>) {
+/// The columns a stuck and a slow row end with (`RQ PID COMM CGROUP OWNER FILE`): requeues,
+/// who submitted the request, the cgroup that owns it and the file it carries (`-` where
+/// unknown); ends the line.
+fn who_cols(
+    o: &mut String,
+    requeues: u8,
+    s: &Submitter,
+    owner_cgroup: Option<&str>,
+    file: Option<&FileRecord>,
+) {
     let _ = writeln!(
         o,
-        "{:>3} {:>7} {:<16} {:<24} {}",
+        "{:>3} {:>7} {:<16} {:<24} {:<24} {}",
         requeues,
         s.pid,
         s.comm,
         s.cgroup.as_deref().unwrap_or("-"),
-        owner_cgroup.unwrap_or("-")
+        owner_cgroup.unwrap_or("-"),
+        file_col(file)
     );
+}
+
+/// The FILE column: `<path> (ino N)` for a file's data (`direct: ` in front for direct I/O;
+/// `ino N on M:m` when the path is unknown), else the kind (`metadata`, `anonymous`,
+/// `kernel`), `-` for no data page.
+fn file_col(file: Option<&FileRecord>) -> String {
+    let Some(f) = file else {
+        return "-".into();
+    };
+    let Some(ino) = f.inode else {
+        return f.kind.into();
+    };
+    let prefix = if f.kind == "direct" { "direct: " } else { "" };
+    match &f.path {
+        Some(p) => format!("{prefix}{p} (ino {ino})"),
+        None => format!(
+            "{prefix}ino {ino} on {}",
+            f.fs_device.as_deref().unwrap_or("?")
+        ),
+    }
 }
 
 fn episodes_table(o: &mut String, r: &StallReport) {
@@ -146,7 +184,7 @@ fn slow_table(o: &mut String, r: &StallReport) {
     }
     let _ = writeln!(
         o,
-        "{:<13} {:<10} {:<6} {:>10} {:>10} {:>10} {:>12} {:>8} {:>3} {:>3} {:>7} {:<16} {:<24} OWNER",
+        "{:<13} {:<10} {:<6} {:>10} {:>10} {:>10} {:>12} {:>8} {:>3} {:>3} {:>7} {:<16} {:<24} {:<24} FILE",
         "TIME",
         "DEVICE",
         "RWBS",
@@ -159,7 +197,8 @@ fn slow_table(o: &mut String, r: &StallReport) {
         "RQ",
         "PID",
         "COMM",
-        "CGROUP"
+        "CGROUP",
+        "OWNER"
     );
     for s in &r.slow {
         let _ = write!(
@@ -175,7 +214,13 @@ fn slow_table(o: &mut String, r: &StallReport) {
             s.bytes,
             s.merges,
         );
-        who_cols(o, s.requeues, &s.submitter, s.owner_cgroup.as_deref());
+        who_cols(
+            o,
+            s.requeues,
+            &s.submitter,
+            s.owner_cgroup.as_deref(),
+            s.file.as_ref(),
+        );
     }
 }
 
@@ -214,6 +259,7 @@ mod tests {
             submitter: submitter(42, "fio", Some("/system.slice/fio.service")),
             owner_cgroup_id: 0,
             owner_cgroup: owner.map(Into::into),
+            file: None,
             upper: None,
             held_by: vec![],
         }
@@ -223,6 +269,12 @@ mod tests {
     #[test]
     fn table() {
         let mut stuck = inflight("md0", "total", Some("/user.slice"));
+        stuck.file = Some(FileRecord {
+            kind: "data",
+            inode: Some(12),
+            fs_device: Some("9:0".into()),
+            path: Some("/mnt/slow/slow.dat".into()),
+        });
         let mut leg = inflight("loop0", "device", None);
         leg.held_by = vec![inflight("loop9", "queue", None)];
         stuck.held_by = vec![leg];
@@ -259,6 +311,12 @@ mod tests {
                 submitter: submitter(0, "kworker/0:1", None),
                 owner_cgroup_id: 7,
                 owner_cgroup: Some("/app".into()),
+                file: Some(FileRecord {
+                    kind: "metadata",
+                    inode: None,
+                    fs_device: None,
+                    path: None,
+                }),
             }],
             dm_names: [("dm-0".to_string(), "vg0-data".to_string())].into(),
         };
@@ -266,18 +324,18 @@ mod tests {
             "blkobs stalls at 2026-12-02T11:00:02.500000Z\n",
             "\n",
             "STUCK NOW: 1 request(s) in flight over threshold (oldest first)\n",
-            "DEVICE     STAGE          AGE   IN STAGE RWBS         SECTOR    BYTES  RQ     PID COMM             CGROUP                   OWNER\n",
-            "md0        total       2.500s   12.500ms WS            34816     4096   1      42 fio              /system.slice/fio.service /user.slice\n",
-            "└ loop0    device      2.500s   12.500ms WS            34816     4096   1      42 fio              /system.slice/fio.service -\n",
-            "  └ loop9  queue       2.500s   12.500ms WS            34816     4096   1      42 fio              /system.slice/fio.service -\n",
+            "DEVICE     STAGE          AGE   IN STAGE RWBS         SECTOR    BYTES  RQ     PID COMM             CGROUP                   OWNER                    FILE\n",
+            "md0        total       2.500s   12.500ms WS            34816     4096   1      42 fio              /system.slice/fio.service /user.slice              /mnt/slow/slow.dat (ino 12)\n",
+            "└ loop0    device      2.500s   12.500ms WS            34816     4096   1      42 fio              /system.slice/fio.service -                        -\n",
+            "  └ loop9  queue       2.500s   12.500ms WS            34816     4096   1      42 fio              /system.slice/fio.service -                        -\n",
             "\n",
             "STALL EPISODES: 1 (device = no completion while requests at device; dispatch = none dispatched while queued)\n",
             "DEVICE     KIND      START           DURATION  WAITING STATE    CLASSES\n",
             "loop0      device    11:00:00.250      2.250s        3 ONGOING  WSx3\n",
             "\n",
             "SLOW REQUESTS: 1 (newest first)\n",
-            "TIME          DEVICE     RWBS        QUEUE     DEVICE      TOTAL       SECTOR    BYTES MRG  RQ     PID COMM             CGROUP                   OWNER\n",
-            "10:59:59.125  loop1      R               -  750.000ms     1.500s            8    65536  15   0       0 kworker/0:1      -                        /app\n",
+            "TIME          DEVICE     RWBS        QUEUE     DEVICE      TOTAL       SECTOR    BYTES MRG  RQ     PID COMM             CGROUP                   OWNER                    FILE\n",
+            "10:59:59.125  loop1      R               -  750.000ms     1.500s            8    65536  15   0       0 kworker/0:1      -                        /app                     metadata\n",
             "\n",
             "DEVICE-MAPPER NAMES (stage total: bio-based, no queue/device split)\n",
             "dm-0       vg0-data\n",
