@@ -216,6 +216,9 @@ pub struct DiskSeries {
 /// Reads `CGROUP_LATENCY`, adds what each entry gained since the previous read to the series
 /// it is counted for now, and returns every disk's series by device number.
 pub fn read(maps: &KernelMaps) -> BTreeMap<u32, DiskSeries> {
+    // Locked before the map is read: two reads (a scrape and the 10 s tick) applied in the
+    // other order than they read would see values go down and count the newer one twice.
+    let mut t = TRACKER.lock().expect("cgroup latency lock");
     let read = read_percpu_hash(
         &maps.cgroup_latency,
         |_| zero_stages(),
@@ -225,7 +228,6 @@ pub fn read(maps: &KernelMaps) -> BTreeMap<u32, DiskSeries> {
             }
         },
     );
-    let mut t = TRACKER.lock().expect("cgroup latency lock");
     t.update(read, Instant::now())
 }
 
