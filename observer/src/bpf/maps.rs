@@ -95,6 +95,16 @@ impl StatsWriter {
     }
 }
 
+impl StatsWriter {
+    /// Deletes the `CGROUP_LATENCY` entries `keys` (of cgroups that no longer exist); a failed
+    /// delete is ignored.
+    pub fn forget_cgroup_latency(&mut self, keys: &[OwnerKey]) {
+        for k in keys {
+            let _ = self.cgroup_latency.remove(k);
+        }
+    }
+}
+
 /// Deletes the entries of `map` whose key's device (`dev_of`, as `MKDEV`) is `dev`: the keys
 /// are listed first (those that fail to read are passed over), then each is deleted (a failed
 /// delete is ignored). Returns how many keys were listed.

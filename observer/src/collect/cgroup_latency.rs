@@ -189,12 +189,15 @@ struct Tracker {
     max: usize,
     /// Each `CGROUP_LATENCY` key's value (summed over CPUs) at the previous read.
     prev: BTreeMap<OwnerKey, Stages>,
+    /// The keys that counted nothing since the previous read.
+    idle: Vec<OwnerKey>,
     disks: BTreeMap<u32, Disk>,
 }
 
 static TRACKER: Mutex<Tracker> = Mutex::new(Tracker {
     max: 8,
     prev: BTreeMap::new(),
+    idle: Vec::new(),
     disks: BTreeMap::new(),
 });
 
@@ -228,15 +231,41 @@ pub fn read(maps: &KernelMaps) -> BTreeMap<u32, DiskSeries> {
             }
         },
     );
-    t.update(read, Instant::now())
+    let out = t.update(read, Instant::now());
+    // Entries of cgroups that are gone (not in the tree: `id:<n>` labels) and counted nothing
+    // since the previous read are deleted, so that the kernel map holds the live cgroups: what
+    // they counted is in the series already; a late request recreates its entry, which the
+    // next read counts from 0 (no `prev` left).
+    let gone: Vec<OwnerKey> = {
+        let mut labels = crate::labels::owner_labels();
+        t.idle
+            .iter()
+            .filter(|k| k.cgroup != 0 && labels.label(k.cgroup).starts_with("id:"))
+            .copied()
+            .collect()
+    };
+    if !gone.is_empty() {
+        maps.stats_rw
+            .lock()
+            .expect("stats maps lock")
+            .forget_cgroup_latency(&gone);
+        for k in &gone {
+            t.prev.remove(k);
+        }
+    }
+    out
 }
 
 impl Tracker {
     fn update(&mut self, read: Vec<(OwnerKey, Stages)>, now: Instant) -> BTreeMap<u32, DiskSeries> {
         let mut by_disk: BTreeMap<u32, Vec<(u16, u64, Stages)>> = BTreeMap::new();
         let mut prev = BTreeMap::new();
+        self.idle.clear();
         for (k, cur) in read {
             let d = delta(&cur, self.prev.get(&k));
+            if requests(&d) == 0 {
+                self.idle.push(k);
+            }
             by_disk
                 .entry(k.dev)
                 .or_default()
@@ -311,6 +340,7 @@ mod tests {
         let mut t = Tracker {
             max: 2,
             prev: BTreeMap::new(),
+            idle: Vec::new(),
             disks: BTreeMap::new(),
         };
         let t0 = Instant::now();
@@ -358,6 +388,7 @@ mod tests {
         let mut t = Tracker {
             max: 0,
             prev: BTreeMap::new(),
+            idle: Vec::new(),
             disks: BTreeMap::new(),
         };
         let t0 = Instant::now();
