@@ -17,6 +17,8 @@ mod support;
 
 use std::path::Path;
 
+use aya::maps::{Map, PerCpuHashMap};
+use observer_common::maps::{CgroupLatency, OwnerKey};
 use serde_json::Value;
 use support::*;
 
@@ -254,7 +256,9 @@ fn each_cgroup_its_own_latency() {
 /// the host too), busiest first (400, 300,
 /// 20, 10 reads): the two busiest get their own series, the two others are in `other`
 /// (`blkobs_cgroup_latency_other_cgroups` = 2), and the sum over the device's series is every
-/// request of the device (its per-class histograms, and the four io.stat `rios` deltas). With
+/// request of the device (its per-class histograms, and the four io.stat `rios` deltas). The
+/// two folded cgroups are then removed: their kernel entries are deleted at the daemon's next
+/// read, the series keep their counts. With
 /// the io controller on v1 (owners unknown) one series, `""`, holds all.
 #[test]
 fn at_most_n_cgroups_per_device() {
@@ -268,7 +272,7 @@ fn at_most_n_cgroups_per_device() {
     let mm = majmin(&disk.name);
     let d = daemon(&tmp, &disk.name, 2);
     wait_tracked(&d, &disk.name);
-    let groups: Vec<Group> = (0..4)
+    let mut groups: Vec<Group> = (0..4)
         .map(|i| Group::new(&format!("blkobs-cgtop{i}")))
         .collect();
     let ios = [400u64, 300, 20, 10];
@@ -322,6 +326,37 @@ fn at_most_n_cgroups_per_device() {
             ),
             2.0
         );
+        // The two folded cgroups are removed: the daemon deletes their kernel entries at its
+        // next read (idle, gone), and every series stays as it was.
+        let gone = [groups[2].id(), groups[3].id()];
+        groups.truncate(2);
+        let map: PerCpuHashMap<_, OwnerKey, CgroupLatency> =
+            PerCpuHashMap::try_from(Map::PerCpuHashMap(daemon_map(&d, "CGROUP_LATENCY"))).unwrap();
+        let left = || {
+            map.keys()
+                .flatten()
+                .filter(|k| gone.contains(&k.cgroup))
+                .count()
+        };
+        assert_eq!(left(), 2, "one entry (read) per removed cgroup before");
+        let deleted = wait_for(std::time::Duration::from_secs(10), || {
+            d.scrape();
+            (left() == 0).then_some(())
+        });
+        let after = d.scrape();
+        let total_after = after.sum(
+            &format!("{LATENCY}_count"),
+            &[("device", &disk.name), ("stage", "total")],
+        );
+        eprintln!(
+            "removed cgroups' entries deleted: {}; sum after {total_after}",
+            deleted.is_some()
+        );
+        assert!(
+            deleted.is_some(),
+            "the removed cgroups' CGROUP_LATENCY entries are deleted"
+        );
+        assert_eq!(total_after, 730.0, "the series keep their counts");
     } else {
         assert_eq!(series.len(), 1, "{series:?}");
         assert_eq!(series[0], (String::new(), 730.0));

@@ -232,7 +232,7 @@ pub fn read(maps: &KernelMaps) -> BTreeMap<u32, DiskSeries> {
         },
     );
     let out = t.update(read, Instant::now());
-    // Entries of cgroups that are gone (not in the tree: `id:<n>` labels) and counted nothing
+    // Entries of cgroups that are gone (no longer in the tree) and counted nothing
     // since the previous read are deleted, so that the kernel map holds the live cgroups: what
     // they counted is in the series already; a late request recreates its entry, which the
     // next read counts from 0 (no `prev` left).
@@ -240,7 +240,7 @@ pub fn read(maps: &KernelMaps) -> BTreeMap<u32, DiskSeries> {
         let mut labels = crate::labels::owner_labels();
         t.idle
             .iter()
-            .filter(|k| k.cgroup != 0 && labels.label(k.cgroup).starts_with("id:"))
+            .filter(|k| labels.gone(k.cgroup))
             .copied()
             .collect()
     };

@@ -272,8 +272,10 @@ impl Snapshot {
     /// `cgroup` label (two device numbers or cgroup ids with one name are summed).
     fn add_cgroup_latency(&mut self, maps: &KernelMaps, names: &mut DeviceNames) {
         let mut out = CgroupLatencyTotals::default();
+        // Read first: the read takes the labels' lock itself (gone cgroups).
+        let read = super::cgroup_latency::read(maps);
         let mut labels = crate::labels::owner_labels();
-        for (dev, d) in super::cgroup_latency::read(maps) {
+        for (dev, d) in read {
             let Some(name) = names.get(dev) else {
                 continue;
             };
