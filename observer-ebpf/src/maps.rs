@@ -202,17 +202,39 @@ pub struct OwnerScratch {
 #[map]
 static OWNER_SCRATCH: PerCpuArray<OwnerScratch> = PerCpuArray::with_max_entries(1, 0);
 
+/// This CPU's [`OwnerScratch`] with its key set to (`dev`, `class`, `cgroup`), if the
+/// `SETTINGS` field `on` picks is non-zero; `None` when off (one array lookup, inlined by the
+/// verifier, and a branch).
+#[inline(always)]
+fn owner_key(
+    on: impl Fn(&Settings) -> u64,
+    dev: u32,
+    class: u16,
+    cgroup: u64,
+) -> Option<*mut OwnerScratch> {
+    match SETTINGS.get(0) {
+        Some(set) if on(set) != 0 => {}
+        _ => return None,
+    }
+    let s = OWNER_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: `s` is this CPU's OWNER_SCRATCH element (a non-null lookup), valid while the program
+    // runs; each store writes one field of its key.
+    unsafe {
+        put(addr_of_mut!((*s).key.dev), dev);
+        put(addr_of_mut!((*s).key.class), class);
+        put(addr_of_mut!((*s).key._pad), 0);
+        put(addr_of_mut!((*s).key.cgroup), cgroup);
+    }
+    Some(s)
+}
+
 /// Counts a completed request (`bytes`: 0 for a lost one) for its owner cgroup in
 /// `OWNER_STATS`, if `Settings::owner_stats` is on: one array lookup (inlined by the verifier)
 /// and a branch when off; when on, one more array lookup, a hash lookup (and an insert for a
 /// new triple; [`Counter::OwnerStatsFull`] when the map is full). No stack.
 #[inline(always)]
 pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
-    match SETTINGS.get(0) {
-        Some(s) if s.owner_stats != 0 => {}
-        _ => return,
-    }
-    let Some(s) = OWNER_SCRATCH.get_ptr_mut(0) else {
+    let Some(s) = owner_key(|set| set.owner_stats, dev, class, cgroup) else {
         return;
     };
     // SAFETY: `s` is this CPU's OWNER_SCRATCH element (a non-null lookup), valid while the program
@@ -221,10 +243,6 @@ pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
     // writes it). A program nesting on this CPU may rewrite the scratch between these stores and
     // the map call (see OWNER_SCRATCH): one count goes to its key, nothing invalid.
     unsafe {
-        put(addr_of_mut!((*s).key.dev), dev);
-        put(addr_of_mut!((*s).key.class), class);
-        put(addr_of_mut!((*s).key._pad), 0);
-        put(addr_of_mut!((*s).key.cgroup), cgroup);
         let key = &(*s).key;
         if let Some(p) = OWNER_STATS.get_ptr_mut(key) {
             add(addr_of_mut!((*p).requests), 1);
@@ -255,11 +273,8 @@ pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
 /// map is full) and two atomic adds per stage.
 #[inline(always)]
 pub fn cgroup_latency(e: &Inflight, lat: &Latency) {
-    match SETTINGS.get(0) {
-        Some(s) if s.cgroup_latency != 0 => {}
-        _ => return,
-    }
-    let Some(s) = OWNER_SCRATCH.get_ptr_mut(0) else {
+    let op = Op::from_code(e.class) as u16;
+    let Some(s) = owner_key(|set| set.cgroup_latency, e.dev, op, e.owner_cgroup) else {
         return;
     };
     // SAFETY: `s` is this CPU's OWNER_SCRATCH element (a non-null lookup), valid while the program
@@ -269,10 +284,6 @@ pub fn cgroup_latency(e: &Inflight, lat: &Latency) {
     // nesting on this CPU may rewrite the scratch key before the map call (see OWNER_SCRATCH):
     // that one request then lands in the nested one's (disk, op, cgroup), nothing invalid.
     unsafe {
-        put(addr_of_mut!((*s).key.dev), e.dev);
-        put(addr_of_mut!((*s).key.class), Op::from_code(e.class) as u16);
-        put(addr_of_mut!((*s).key._pad), 0);
-        put(addr_of_mut!((*s).key.cgroup), e.owner_cgroup);
         let Some(h) = entry(&CGROUP_LATENCY, &(*s).key, &ZERO_CGROUP_LATENCY) else {
             count(Counter::CgroupLatencyFull);
             return;

@@ -194,12 +194,19 @@ struct Tracker {
     disks: BTreeMap<u32, Disk>,
 }
 
-static TRACKER: Mutex<Tracker> = Mutex::new(Tracker {
-    max: 8,
-    prev: BTreeMap::new(),
-    idle: Vec::new(),
-    disks: BTreeMap::new(),
-});
+static TRACKER: Mutex<Tracker> = Mutex::new(Tracker::new(8));
+
+impl Tracker {
+    /// Nothing read yet, `max` cgroups per device.
+    const fn new(max: usize) -> Tracker {
+        Tracker {
+            max,
+            prev: BTreeMap::new(),
+            idle: Vec::new(),
+            disks: BTreeMap::new(),
+        }
+    }
+}
 
 /// Sets `[cgroups] max_per_device` (at startup and on reload); a lower value takes effect at
 /// the next choice.
@@ -337,12 +344,7 @@ mod tests {
     /// `other`; every series only grows.
     #[test]
     fn top_n_other_and_monotonic() {
-        let mut t = Tracker {
-            max: 2,
-            prev: BTreeMap::new(),
-            idle: Vec::new(),
-            disks: BTreeMap::new(),
-        };
+        let mut t = Tracker::new(2);
         let t0 = Instant::now();
         let read = |a: u64, b: u64, c: u64, d: u64| {
             vec![
@@ -385,12 +387,7 @@ mod tests {
     /// N = 0 folds everything; a recreated entry (values went down) counts from 0 again.
     #[test]
     fn zero_n_and_recreated_entries() {
-        let mut t = Tracker {
-            max: 0,
-            prev: BTreeMap::new(),
-            idle: Vec::new(),
-            disks: BTreeMap::new(),
-        };
+        let mut t = Tracker::new(0);
         let t0 = Instant::now();
         let r = t.update(vec![(key(1), hist(10))], t0);
         assert_eq!(named(&r[&7]), Vec::<u64>::new());
