@@ -10,12 +10,12 @@ use aya_log_ebpf::warn;
 use observer_common::class::Op;
 use observer_common::dispatch::DispatchHist;
 use observer_common::maps::{
-    ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges, OwnerKey, OwnerStats,
-    SectorRange, Settings, DEV_SLOTS, EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES, NO_SLOT,
-    OWNER_STATS_ENTRIES,
+    CgroupLatency, ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges,
+    OwnerKey, OwnerStats, SectorRange, Settings, DEV_SLOTS, EVENTS_BYTES, INFLIGHT_DEFAULT_ENTRIES,
+    NO_SLOT, OWNER_STATS_ENTRIES,
 };
 use observer_common::stage::{self, Latency};
-use observer_ebpf::store::{add, entry, put};
+use observer_ebpf::store::{add, entry, observe_stages, put};
 
 #[map]
 pub static INFLIGHT: HashMap<u64, Inflight> =
@@ -32,6 +32,15 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT
 #[map]
 static OWNER_STATS: PerCpuHashMap<OwnerKey, OwnerStats> =
     PerCpuHashMap::with_max_entries(OWNER_STATS_ENTRIES, 0);
+/// Stage latencies per (disk, op, owner cgroup), written only while `Settings::cgroup_latency`
+/// is 1 (observer_common::maps::CGROUP_LATENCY). One entry here: the daemon sizes it at load.
+#[map]
+static CGROUP_LATENCY: PerCpuHashMap<OwnerKey, CgroupLatency> =
+    PerCpuHashMap::with_max_entries(1, 0);
+/// One all-zero `CgroupLatency`: the template for new `CGROUP_LATENCY` entries (too big for the
+/// stack).
+#[map]
+static ZERO_CGROUP_LATENCY: PerCpuArray<CgroupLatency> = PerCpuArray::with_max_entries(1, 0);
 /// Slow thresholds and stall threshold, written by the daemon.
 #[map]
 pub static SETTINGS: Array<Settings> = Array::with_max_entries(1, 0);
@@ -193,17 +202,39 @@ pub struct OwnerScratch {
 #[map]
 static OWNER_SCRATCH: PerCpuArray<OwnerScratch> = PerCpuArray::with_max_entries(1, 0);
 
+/// This CPU's [`OwnerScratch`] with its key set to (`dev`, `class`, `cgroup`), if the
+/// `SETTINGS` field `on` picks is non-zero; `None` when off (one array lookup, inlined by the
+/// verifier, and a branch).
+#[inline(always)]
+fn owner_key(
+    on: impl Fn(&Settings) -> u64,
+    dev: u32,
+    class: u16,
+    cgroup: u64,
+) -> Option<*mut OwnerScratch> {
+    match SETTINGS.get(0) {
+        Some(set) if on(set) != 0 => {}
+        _ => return None,
+    }
+    let s = OWNER_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: `s` is this CPU's OWNER_SCRATCH element (a non-null lookup), valid while the program
+    // runs; each store writes one field of its key.
+    unsafe {
+        put(addr_of_mut!((*s).key.dev), dev);
+        put(addr_of_mut!((*s).key.class), class);
+        put(addr_of_mut!((*s).key._pad), 0);
+        put(addr_of_mut!((*s).key.cgroup), cgroup);
+    }
+    Some(s)
+}
+
 /// Counts a completed request (`bytes`: 0 for a lost one) for its owner cgroup in
 /// `OWNER_STATS`, if `Settings::owner_stats` is on: one array lookup (inlined by the verifier)
 /// and a branch when off; when on, one more array lookup, a hash lookup (and an insert for a
 /// new triple; [`Counter::OwnerStatsFull`] when the map is full). No stack.
 #[inline(always)]
 pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
-    match SETTINGS.get(0) {
-        Some(s) if s.owner_stats != 0 => {}
-        _ => return,
-    }
-    let Some(s) = OWNER_SCRATCH.get_ptr_mut(0) else {
+    let Some(s) = owner_key(|set| set.owner_stats, dev, class, cgroup) else {
         return;
     };
     // SAFETY: `s` is this CPU's OWNER_SCRATCH element (a non-null lookup), valid while the program
@@ -212,10 +243,6 @@ pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
     // writes it). A program nesting on this CPU may rewrite the scratch between these stores and
     // the map call (see OWNER_SCRATCH): one count goes to its key, nothing invalid.
     unsafe {
-        put(addr_of_mut!((*s).key.dev), dev);
-        put(addr_of_mut!((*s).key.class), class);
-        put(addr_of_mut!((*s).key._pad), 0);
-        put(addr_of_mut!((*s).key.cgroup), cgroup);
         let key = &(*s).key;
         if let Some(p) = OWNER_STATS.get_ptr_mut(key) {
             add(addr_of_mut!((*p).requests), 1);
@@ -235,6 +262,33 @@ pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
             }
             Err(_) => count(Counter::OwnerStatsFull),
         }
+    }
+}
+
+/// Adds a completed request's stage latencies (`lat`, ns; the stages [`stage::recorded`] says
+/// it went through) to its (disk, op, owner cgroup) histograms in `CGROUP_LATENCY`, if
+/// `Settings::cgroup_latency` is on: one array lookup (inlined by the verifier) and a branch when
+/// off; when on, the key is built in `OWNER_SCRATCH` (no stack), then a hash lookup (and an
+/// insert from `ZERO_CGROUP_LATENCY` for a new triple; [`Counter::CgroupLatencyFull`] when the
+/// map is full) and two atomic adds per stage.
+#[inline(always)]
+pub fn cgroup_latency(e: &Inflight, lat: &Latency) {
+    let op = Op::from_code(e.class) as u16;
+    let Some(s) = owner_key(|set| set.cgroup_latency, e.dev, op, e.owner_cgroup) else {
+        return;
+    };
+    // SAFETY: `s` is this CPU's OWNER_SCRATCH element (a non-null lookup), valid while the program
+    // runs; `key` is its field and the map calls only read it. `h` is this CPU's value of the
+    // CGROUP_LATENCY entry of `key` (store.rs `entry`: a non-null lookup of a per-CPU hash, so
+    // no other CPU writes it); a nesting program counts into it with atomic adds too. A program
+    // nesting on this CPU may rewrite the scratch key before the map call (see OWNER_SCRATCH):
+    // that one request then lands in the nested one's (disk, op, cgroup), nothing invalid.
+    unsafe {
+        let Some(h) = entry(&CGROUP_LATENCY, &(*s).key, &ZERO_CGROUP_LATENCY) else {
+            count(Counter::CgroupLatencyFull);
+            return;
+        };
+        observe_stages(addr_of_mut!((*h).stages), e.enter_ns, e.dispatch_ns, lat);
     }
 }
 

@@ -14,6 +14,8 @@ use aya_ebpf::{
 use observer_common::{
     hist::{bucket_index, NBUCKETS},
     maps::{Inflight, StageHist, END_TRACED},
+    stage::{self, Latency},
+    Stage,
 };
 
 /// Writes a value with a plain store that the compiler may not merge with its neighbours.
@@ -122,6 +124,34 @@ pub unsafe fn observe_n(h: *mut StageHist, ns: u64, n: u64) {
 #[inline(always)]
 pub unsafe fn observe(h: *mut StageHist, ns: u64) {
     observe_n(h, ns, 1)
+}
+
+/// Adds a completed request's stage latencies `lat` (ns) to the stage histograms `stages`
+/// (indexed by [`Stage`] as usize), each stage only if the request went through it
+/// ([`stage::recorded`]: queue if it entered, device if it was dispatched or is the flush
+/// request, total always).
+///
+/// # Safety
+///
+/// `stages` must point at the `[StageHist; Stage::COUNT]` of a map value from a non-null lookup
+/// (valid and 8-aligned while the program runs).
+#[inline(always)]
+pub unsafe fn observe_stages(
+    stages: *mut [StageHist; Stage::COUNT],
+    enter_ns: u64,
+    dispatch_ns: u64,
+    lat: &Latency,
+) {
+    let st = |i: Stage| addr_of_mut!((*stages)[i as usize]);
+    if stage::recorded(Stage::Queue, enter_ns, dispatch_ns) {
+        observe(st(Stage::Queue), lat.queue);
+    }
+    if stage::recorded(Stage::Device, enter_ns, dispatch_ns) {
+        observe(st(Stage::Device), lat.device);
+    }
+    if stage::recorded(Stage::Total, enter_ns, dispatch_ns) {
+        observe(st(Stage::Total), lat.total);
+    }
 }
 
 /// The entry of `key` in a per-CPU hash map, inserted from the all-zero template `zero[0]` on

@@ -324,13 +324,14 @@ fn boot_with_retry(
 /// XFS). The last four are `#[ignore]`d on hosts without dm or md modules, cgroup2's io
 /// controller or those disks and run here with `--include-ignored` (the other files have no
 /// ignored test it would enable).
-const GUEST_TESTS: [&str; 10] = [
+const GUEST_TESTS: [&str; 11] = [
     "matrix",
     "held",
     "lost",
     "merges",
     "stacked",
     "owner",
+    "cgroup_latency",
     "drivers",
     "md_stacks",
     "trace",

@@ -18,6 +18,8 @@
 //! | `REMAPS` | LRU hash, [`REMAP_ENTRIES`] | `struct bio *` as u64 | [`Remap`] (bios remapped from an indexed disk, until their request or entry below) |
 //! | `UPPER` | LRU hash, [`UPPER_ENTRIES`] | `INFLIGHT` key | [`Upper`] (the upper disk's I/O an entry below serves) |
 //! | `OWNER_STATS` | per-CPU hash, [`OWNER_STATS_ENTRIES`] | [`OwnerKey`] | [`OwnerStats`] (only while [`Settings::owner_stats`] is 1) |
+//! | `CGROUP_LATENCY` | per-CPU hash, [`CGROUP_LATENCY_ENTRIES`] (1 while `[cgroups] latency` is off at load) | [`OwnerKey`] (class = op code only) | [`CgroupLatency`] (only while [`Settings::cgroup_latency`] is 1) |
+//! | `ZERO_CGROUP_LATENCY` | per-CPU array, 1 entry | 0 | [`CgroupLatency`] (always zero; template for inserts) |
 //!
 //! **Per-device slots.** The daemon gives every disk it sees (with media, in `/sys/block`) its
 //! own slot of the per-device arrays and publishes it in `DEV_INDEX`: no two disks ever share
@@ -89,11 +91,15 @@ const _: () = assert!(
             + core::mem::size_of::<crate::dispatch::DispatchHist>()
 );
 const _: () = assert!(core::mem::size_of::<ErrorKey>() == 4 + 2 + 1 + 1);
-const _: () = assert!(core::mem::size_of::<Settings>() == 6 * crate::Stage::COUNT * 8 + 3 * 8);
+const _: () = assert!(core::mem::size_of::<Settings>() == 6 * crate::Stage::COUNT * 8 + 4 * 8);
 const _: () = assert!(core::mem::size_of::<DevState>() == 4 + 4 + 8 + 8 + 8 + 4 + 2 + 2);
 const _: () = assert!(core::mem::size_of::<MissedMerge>() == 4 + 2 + 2 + 8 + 8 + 4 + 4 + 8 + 8);
 const _: () = assert!(core::mem::size_of::<OwnerKey>() == 4 + 2 + 2 + 8);
 const _: () = assert!(core::mem::size_of::<OwnerStats>() == 8 + 8);
+const _: () = assert!(
+    core::mem::size_of::<CgroupLatency>()
+        == crate::Stage::COUNT * core::mem::size_of::<StageHist>()
+);
 const _: () = assert!(core::mem::size_of::<Slot<Inflight>>() == 8 + 8 + 88);
 const _: () = assert!(core::mem::size_of::<Slot<BioQueued>>() == 8 + 8 + 32);
 const _: () = assert!(core::mem::size_of::<SlowEvent>() == 4 + 4 + 88 + 8 + 4 + 4 + 24);
@@ -125,7 +131,7 @@ mod pod {
     unsafe impl aya::Pod for super::ClassStats {}
     // SAFETY: repr(C), u32, u16, u8 and `_pad` u8: 8 bytes, asserted above.
     unsafe impl aya::Pod for super::ErrorKey {}
-    // SAFETY: repr(C), a [[u64; 3]; 6] and three u64: 168 bytes, asserted above.
+    // SAFETY: repr(C), a [[u64; 3]; 6] and four u64: 176 bytes, asserted above.
     unsafe impl aya::Pod for super::Settings {}
     // SAFETY: repr(C), u32 pairs, u64s and u32 + two u16 (the `_pad`s explicit): 40 bytes,
     // asserted above.
@@ -139,6 +145,9 @@ mod pod {
     unsafe impl aya::Pod for super::OwnerKey {}
     // SAFETY: repr(C), two u64: 16 bytes, asserted above.
     unsafe impl aya::Pod for super::OwnerStats {}
+    // SAFETY: repr(C), StageHists (u64 and [u64; NBUCKETS]) only: no padding, size asserted
+    // above.
+    unsafe impl aya::Pod for super::CgroupLatency {}
     // SAFETY: repr(C), two u64 then a Pod value whose size is a multiple of 8 and alignment at
     // most 8 (asserted below): no padding. Only for the two slot values: a generic impl would
     // cover values that get tail padding.

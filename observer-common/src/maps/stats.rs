@@ -1,4 +1,4 @@
-//! What the programs aggregate: `CLASS_STATS`, `ERRORS`, `OWNER_STATS`, `COUNTERS`, and the
+//! What the programs aggregate: `CLASS_STATS`, `ERRORS`, `OWNER_STATS`, `CGROUP_LATENCY`, `COUNTERS`, and the
 //! `SETTINGS` the daemon writes.
 
 #[cfg(doc)]
@@ -107,6 +107,9 @@ pub struct Settings {
     /// 1: completed requests are also counted per owner cgroup in `OWNER_STATS`
     /// (`[metrics] cgroup_label`); 0: not (no map access at completion).
     pub owner_stats: u64,
+    /// 1: completed requests' stage latencies are also added per (disk, op, owner cgroup) to
+    /// `CGROUP_LATENCY` (`[cgroups] latency`); 0: not (one branch at completion).
+    pub cgroup_latency: u64,
 }
 
 /// `OWNER_STATS`: per-CPU hash, [`OwnerKey`] → [`OwnerStats`], written at completion only
@@ -142,6 +145,37 @@ pub struct OwnerStats {
     pub bytes: u64,
 }
 
+/// `CGROUP_LATENCY`: per-CPU hash, [`OwnerKey`] (its `class` holds only the op code,
+/// [`crate::class::Op`]: flags folded) → [`CgroupLatency`], written at completion only while
+/// [`Settings::cgroup_latency`] is 1; [`Counter::CgroupLatencyFull`] counts the requests it had
+/// no room for. Sized by the daemon at load: [`CGROUP_LATENCY_ENTRIES`] when the option is on
+/// at start, else 1.
+pub const CGROUP_LATENCY: &str = "CGROUP_LATENCY";
+/// Capacity of `CGROUP_LATENCY` while `[cgroups] latency` is on: (disk, op, owner cgroup)
+/// triples. Preallocated: `size_of::<CgroupLatency>()` = 6,768 bytes per CPU each, so 1.65 MiB
+/// per CPU.
+pub const CGROUP_LATENCY_ENTRIES: u32 = 256;
+
+/// Value of `CGROUP_LATENCY`, per CPU: the stage histograms of one (disk, op, owner cgroup),
+/// the same buckets as [`ClassStats::stages`]. The number of requests is the total stage's
+/// count.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CgroupLatency {
+    /// Histograms indexed by [`Stage`] as usize.
+    pub stages: [StageHist; Stage::COUNT],
+}
+
+impl CgroupLatency {
+    /// An all-zero value.
+    pub const ZERO: CgroupLatency = CgroupLatency {
+        stages: [StageHist {
+            sum_ns: 0,
+            buckets: [0; NBUCKETS],
+        }; Stage::COUNT],
+    };
+}
+
 /// Indexes of the global counters in `COUNTERS`.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,11 +206,15 @@ pub enum Counter {
     /// it; kernel/trace/bpf_trace.c `__bpf_trace_run`), taken by its `_nested` program
     /// (observer-ebpf nested.rs). Counted, not lost.
     NestedEnds = 8,
+    /// Completed requests whose latency was not added per owner cgroup because
+    /// `CGROUP_LATENCY` was full (`[cgroups] latency`; they are in `CLASS_STATS` as every
+    /// request).
+    CgroupLatencyFull = 9,
 }
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = 10;
 
     /// The counter at index `i` of `COUNTERS` (the kernel-side diagnostics log the index:
     /// observer-ebpf `maps::count`); `None` past [`Counter::COUNT`].
@@ -191,6 +229,7 @@ impl Counter {
             6 => Counter::Unindexed,
             7 => Counter::OwnerStatsFull,
             8 => Counter::NestedEnds,
+            9 => Counter::CgroupLatencyFull,
             _ => return None,
         })
     }
@@ -208,6 +247,7 @@ impl Counter {
             Counter::Unindexed => "unindexed_requests",
             Counter::OwnerStatsFull => "owner_stats_map_full",
             Counter::NestedEnds => "nested_completions",
+            Counter::CgroupLatencyFull => "cgroup_latency_map_full",
         }
     }
 }

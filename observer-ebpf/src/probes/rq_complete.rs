@@ -10,22 +10,21 @@ use observer_common::{
     class::{classify, Op},
     layout::KernelLayout,
     maps::{ClassStats, Counter, Inflight, SlowEvent, EVENT_SLOW},
-    stage::{self, clock_anomaly, latency, recorded, Latency},
-    Stage,
+    stage::{self, clock_anomaly, latency},
 };
 use observer_ebpf::{
     arg,
     file::file_of_bio,
     kernel::{bio_merges, in_flush_seq, is_flush, original_flags, rq_dev},
     layout, programs, read,
-    store::{add, observe, put},
+    store::{add, observe_stages, put},
 };
 
 use crate::{
     bio_end::bio_counted,
     chain::{entered_at, saw_traced_end, unlink},
     inflight::{enter, is_piece_of_discard, live, mark_free, piece_of, take_bio},
-    maps::{count, count_dispatch, emit, error_seen, owner_count, slow, stats},
+    maps::{cgroup_latency, count, count_dispatch, emit, error_seen, owner_count, slow, stats},
     nested::{self, Pair},
     stall,
 };
@@ -105,7 +104,8 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
     }
     let lat = latency(e.enter_ns, e.dispatch_ns, now);
     // SAFETY: as above.
-    unsafe { record(s, &e, &lat) };
+    unsafe { observe_stages(addr_of_mut!((*s).stages), e.enter_ns, e.dispatch_ns, &lat) };
+    cgroup_latency(&e, &lat);
     if slow(e.class, &lat) {
         // SAFETY: as above.
         unsafe { add(addr_of_mut!((*s).slow), 1) };
@@ -181,26 +181,6 @@ fn never_dispatched(
     }
     enter(rq, now, 0, true, false, l);
     live(rq)
-}
-
-/// Adds a request to the histograms of the stages it went through ([`stage::recorded`]: queue
-/// if it entered, device if it was dispatched or is the flush request, total always).
-///
-/// # Safety
-///
-/// `s` must be a CLASS_STATS value from a non-null lookup (valid while the program runs).
-#[inline(always)]
-unsafe fn record(s: *mut ClassStats, e: &Inflight, lat: &Latency) {
-    let stage = |st: Stage| addr_of_mut!((*s).stages[st as usize]);
-    if recorded(Stage::Queue, e.enter_ns, e.dispatch_ns) {
-        observe(stage(Stage::Queue), lat.queue);
-    }
-    if recorded(Stage::Device, e.enter_ns, e.dispatch_ns) {
-        observe(stage(Stage::Device), lat.device);
-    }
-    if recorded(Stage::Total, e.enter_ns, e.dispatch_ns) {
-        observe(stage(Stage::Total), lat.total);
-    }
 }
 
 programs!(on_complete => "block_rq_complete", rq_complete, rq_complete_raw, 0);

@@ -105,6 +105,17 @@ pub fn class_stats_entries(budget_mib: u32) -> u32 {
     ((budget_mib as u64 * 1024 * 1024) / per_entry).clamp(64, 65536) as u32
 }
 
+/// Capacity of `CGROUP_LATENCY`: [`m::CGROUP_LATENCY_ENTRIES`] when `[cgroups] latency` is on at
+/// load (`settings.cgroup_latency`), else 1 (a preallocated per-CPU hash costs its capacity ×
+/// 6,768 bytes × CPUs whether used or not).
+fn cgroup_latency_entries(settings: &Settings) -> u32 {
+    if settings.cgroup_latency != 0 {
+        m::CGROUP_LATENCY_ENTRIES
+    } else {
+        1
+    }
+}
+
 pub(super) fn load_err(what: impl Into<String>) -> impl FnOnce(anyhow::Error) -> ProbeError {
     let what = what.into();
     move |source| ProbeError::Load { what, source }
@@ -164,7 +175,7 @@ fn load_and_attach<'a, T>(
     mode: Mode,
     layout: &KernelLayout,
     btf: &Btf,
-    capacity: (u32, u32),
+    capacity: (u32, u32, u32),
     plan: &[Step],
     prepare: &mut dyn FnMut(&mut Ebpf) -> Result<T, ProbeError>,
 ) -> Result<(Ebpf, T), ProbeError> {
@@ -177,6 +188,7 @@ fn load_and_attach<'a, T>(
         .override_global("LAYOUT", layout, true)
         .map_max_entries(m::INFLIGHT, capacity.0)
         .map_max_entries(m::CLASS_STATS, capacity.1)
+        .map_max_entries(m::CGROUP_LATENCY, capacity.2)
         .load(OBJECT)
         .map_err(|e| load_err("loading the object")(e.into()))?;
     for (name, tp) in plan {
@@ -282,7 +294,7 @@ fn load_either_mode<'a, T>(
     cells: &'a [OnceCell<KernelLayout>; 2],
     layout: &KernelLayout,
     btf: &Btf,
-    capacity: (u32, u32),
+    capacity: (u32, u32, u32),
     steps: &[Step],
     prepare: &mut dyn FnMut(&mut Ebpf) -> Result<T, ProbeError>,
 ) -> Result<(Ebpf, T, Mode), ProbeError> {
@@ -351,7 +363,11 @@ pub fn attach(
         &layout_cells,
         &layout,
         &btf,
-        (inflight_entries, stats_entries),
+        (
+            inflight_entries,
+            stats_entries,
+            cgroup_latency_entries(&settings),
+        ),
         &steps,
         &mut prepare,
     )?;

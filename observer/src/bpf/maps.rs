@@ -9,8 +9,8 @@ use aya::{
     Ebpf, Pod,
 };
 use observer_common::maps::{
-    self as m, BioQueued, ClassKey, ClassStats, DevState, ErrorKey, Inflight, LogRanges,
-    MissedMerge, OwnerKey, OwnerStats, Settings, Slot, Upper,
+    self as m, BioQueued, CgroupLatency, ClassKey, ClassStats, DevState, ErrorKey, Inflight,
+    LogRanges, MissedMerge, OwnerKey, OwnerStats, Settings, Slot, Upper,
 };
 
 use super::{
@@ -56,18 +56,22 @@ pub struct KernelMaps {
     /// `OWNER_STATS`: (dev, class, owner cgroup id) → per-CPU requests and bytes (read only;
     /// written by the programs while `[cgroups] label` is on).
     pub owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats>,
+    /// `CGROUP_LATENCY`: (dev, op, owner cgroup id) → per-CPU stage histograms (read only;
+    /// written by the programs while `[cgroups] latency` is on).
+    pub cgroup_latency: PerCpuHashMap<MapData, OwnerKey, CgroupLatency>,
     /// Capacity of `INFLIGHT` (entries).
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
     pub class_stats_capacity: u32,
 }
 
-/// Writable second handles (dup'ed fds) on the per-device stats maps: `CLASS_STATS`, `ERRORS`
-/// and `OWNER_STATS`, all keyed by device number (`MKDEV`) first.
+/// Writable second handles (dup'ed fds) on the per-device stats maps: `CLASS_STATS`, `ERRORS`,
+/// `OWNER_STATS` and `CGROUP_LATENCY`, all keyed by device number (`MKDEV`) first.
 pub struct StatsWriter {
     class_stats: PerCpuHashMap<MapData, ClassKey, ClassStats>,
     errors: PerCpuHashMap<MapData, ErrorKey, u64>,
     owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats>,
+    cgroup_latency: PerCpuHashMap<MapData, OwnerKey, CgroupLatency>,
 }
 
 impl StatsWriter {
@@ -80,13 +84,24 @@ impl StatsWriter {
         devs
     }
 
-    /// Deletes every entry of disk `dev` from the three maps; returns how many (dev, class)
+    /// Deletes every entry of disk `dev` from the four maps; returns how many (dev, class)
     /// entries `CLASS_STATS` had. An entry the programs recreate meanwhile stays.
     pub fn forget(&mut self, dev: u32) -> usize {
         let stats = forget_dev(&mut self.class_stats, dev, |k| k.dev);
         forget_dev(&mut self.errors, dev, |k| k.dev);
         forget_dev(&mut self.owner_stats, dev, |k| k.dev);
+        forget_dev(&mut self.cgroup_latency, dev, |k| k.dev);
         stats
+    }
+}
+
+impl StatsWriter {
+    /// Deletes the `CGROUP_LATENCY` entries `keys` (of cgroups that no longer exist); a failed
+    /// delete is ignored.
+    pub fn forget_cgroup_latency(&mut self, keys: &[OwnerKey]) {
+        for k in keys {
+            let _ = self.cgroup_latency.remove(k);
+        }
     }
 }
 
@@ -150,6 +165,8 @@ impl KernelMaps {
             PerCpuHashMap::try_from(take(m::ERRORS)?).map_err(conv(m::ERRORS))?;
         let owner_stats: PerCpuHashMap<MapData, OwnerKey, OwnerStats> =
             PerCpuHashMap::try_from(take(m::OWNER_STATS)?).map_err(conv(m::OWNER_STATS))?;
+        let cgroup_latency: PerCpuHashMap<MapData, OwnerKey, CgroupLatency> =
+            PerCpuHashMap::try_from(take(m::CGROUP_LATENCY)?).map_err(conv(m::CGROUP_LATENCY))?;
         let stats_rw = StatsWriter {
             class_stats: PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
                 IterableMap::map(&class_stats),
@@ -166,6 +183,11 @@ impl KernelMaps {
                 m::OWNER_STATS,
             )?))
             .map_err(conv(m::OWNER_STATS))?,
+            cgroup_latency: PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
+                IterableMap::map(&cgroup_latency),
+                m::CGROUP_LATENCY,
+            )?))
+            .map_err(conv(m::CGROUP_LATENCY))?,
         };
         Ok(KernelMaps {
             inflight: InflightMaps {
@@ -202,6 +224,7 @@ impl KernelMaps {
             merge_cursor: PerCpuArray::try_from(take(m::MERGE_CURSOR)?)
                 .map_err(conv(m::MERGE_CURSOR))?,
             owner_stats,
+            cgroup_latency,
             inflight_capacity,
             class_stats_capacity,
         })
@@ -217,11 +240,21 @@ impl KernelMaps {
 
     /// Whether the programs count requests per owner cgroup now (`SETTINGS`' `owner_stats`).
     pub fn owner_stats_on(&self) -> bool {
+        self.setting(|s| s.owner_stats)
+    }
+
+    /// Whether the programs add latencies per owner cgroup now (`SETTINGS`' `cgroup_latency`).
+    pub fn cgroup_latency_on(&self) -> bool {
+        self.setting(|s| s.cgroup_latency)
+    }
+
+    /// Whether the `SETTINGS` field `get` is non-zero (false if unreadable).
+    fn setting(&self, get: fn(&Settings) -> u64) -> bool {
         self.settings
             .lock()
             .expect("settings lock")
             .get(&0, 0)
-            .is_ok_and(|s| s.owner_stats != 0)
+            .is_ok_and(|s| get(&s) != 0)
     }
 
     /// Writes new thresholds for the programs (takes effect at the next event).

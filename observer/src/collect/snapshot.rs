@@ -4,10 +4,10 @@
 use std::collections::{btree_map::Entry, BTreeMap};
 
 use observer_common::{
-    class::Class,
+    class::{Class, Op},
     dispatch::DispatchHist,
     hist::NBUCKETS,
-    maps::{ClassStats, Counter},
+    maps::{ClassStats, Counter, StageHist},
     Stage,
 };
 
@@ -32,7 +32,8 @@ pub struct StageTotals {
 }
 
 impl StageTotals {
-    fn new() -> Self {
+    /// An empty histogram.
+    pub(crate) fn new() -> Self {
         Self {
             sum_ns: 0,
             buckets: vec![0; NBUCKETS],
@@ -42,6 +43,22 @@ impl StageTotals {
     /// Number of samples.
     pub fn count(&self) -> u64 {
         self.buckets.iter().sum()
+    }
+
+    /// Adds one CPU's kernel histogram ([`StageHist`]: the same buckets).
+    pub fn add_kernel(&mut self, h: &StageHist) {
+        self.sum_ns += h.sum_ns;
+        for (d, s) in self.buckets.iter_mut().zip(h.buckets.iter()) {
+            *d += s;
+        }
+    }
+
+    /// Adds another histogram's samples.
+    pub fn add(&mut self, o: &StageTotals) {
+        self.sum_ns += o.sum_ns;
+        for (d, s) in self.buckets.iter_mut().zip(&o.buckets) {
+            *d += s;
+        }
     }
 }
 
@@ -88,10 +105,7 @@ impl ClassTotals {
     /// Adds another (device, class)'s totals (two device numbers with one name).
     fn merge(&mut self, o: &ClassTotals) {
         for (dst, src) in self.stages.iter_mut().zip(o.stages.iter()) {
-            dst.sum_ns += src.sum_ns;
-            for (d, s) in dst.buckets.iter_mut().zip(src.buckets.iter()) {
-                *d += s;
-            }
+            dst.add(src);
         }
         self.requests += o.requests;
         self.bytes += o.bytes;
@@ -105,10 +119,7 @@ impl ClassTotals {
 
     fn add(&mut self, v: &ClassStats) {
         for (dst, src) in self.stages.iter_mut().zip(v.stages.iter()) {
-            dst.sum_ns += src.sum_ns;
-            for (d, s) in dst.buckets.iter_mut().zip(src.buckets.iter()) {
-                *d += s;
-            }
+            dst.add_kernel(src);
         }
         self.requests += v.requests;
         self.bytes += v.bytes;
@@ -159,6 +170,8 @@ pub struct SelfCounters {
     pub owner_stats_full: u64,
     /// [`Counter::NestedEnds`].
     pub nested_ends: u64,
+    /// [`Counter::CgroupLatencyFull`].
+    pub cgroup_latency_full: u64,
 }
 
 /// The per-device slots (see [`crate::bpf::devslots`]).
@@ -174,6 +187,18 @@ pub struct DevSlotCounts {
 
 /// (device, class, owner cgroup label) → (requests, bytes): the `cgroup`-labelled counters.
 pub type OwnerTotals = BTreeMap<(String, Class, String), (u64, u64)>;
+
+/// While `[cgroups] latency` is on: the exported series of
+/// `blkobs_cgroup_request_latency_seconds` ([`super::cgroup_latency`]).
+#[derive(Clone, Debug, Default)]
+pub struct CgroupLatencyTotals {
+    /// (device, op, `cgroup` label: the owner cgroup's as in [`Snapshot::owners`], or
+    /// [`super::cgroup_latency::OTHER`]) → stage histograms, indexed by [`Stage`] as usize.
+    pub series: BTreeMap<(String, Op, String), Vec<StageTotals>>,
+    /// device → distinct cgroups whose I/O went to `other` within the last
+    /// [`super::cgroup_latency::RECHOOSE`].
+    pub folded_cgroups: BTreeMap<String, u64>,
+}
 
 /// A read of all maps.
 #[derive(Clone, Debug, Default)]
@@ -200,6 +225,8 @@ pub struct Snapshot {
     /// `None` while off. The label is the cgroup's path, `""` (unknown owner) or `id:<id>`
     /// (a cgroup not in the tree).
     pub owners: Option<OwnerTotals>,
+    /// While `[cgroups] latency` is on: the per-cgroup latency series; `None` while off.
+    pub cgroup_latency: Option<CgroupLatencyTotals>,
 }
 
 impl Snapshot {
@@ -235,7 +262,42 @@ impl Snapshot {
         if maps.owner_stats_on() {
             s.add_owners(maps, reaped, &mut names);
         }
+        if maps.cgroup_latency_on() {
+            s.add_cgroup_latency(maps, &mut names);
+        }
         s
+    }
+
+    /// The per-cgroup latency series ([`super::cgroup_latency::read`]) by device name and
+    /// `cgroup` label (two device numbers or cgroup ids with one name are summed).
+    fn add_cgroup_latency(&mut self, maps: &KernelMaps, names: &mut DeviceNames) {
+        let mut out = CgroupLatencyTotals::default();
+        // Read first: the read takes the labels' lock itself (gone cgroups).
+        let read = super::cgroup_latency::read(maps);
+        let mut labels = crate::labels::owner_labels();
+        for (dev, d) in read {
+            let Some(name) = names.get(dev) else {
+                continue;
+            };
+            *out.folded_cgroups.entry(name.clone()).or_default() += d.folded_cgroups;
+            for ((op, cg), st) in d.series {
+                let label = cg.map_or_else(
+                    || super::cgroup_latency::OTHER.to_string(),
+                    |id| labels.label(id),
+                );
+                match out.series.entry((name.clone(), op, label)) {
+                    Entry::Vacant(e) => {
+                        e.insert(st);
+                    }
+                    Entry::Occupied(mut e) => {
+                        for (a, b) in e.get_mut().iter_mut().zip(&st) {
+                            a.add(b);
+                        }
+                    }
+                }
+            }
+        }
+        self.cgroup_latency = Some(out);
     }
 
     /// The in-flight counts of disk `name` (number `dev`), created on first use.
@@ -383,6 +445,7 @@ impl SelfCounters {
             unindexed: counter(Counter::Unindexed),
             owner_stats_full: counter(Counter::OwnerStatsFull),
             nested_ends: counter(Counter::NestedEnds),
+            cgroup_latency_full: counter(Counter::CgroupLatencyFull),
         }
     }
 }

@@ -25,6 +25,8 @@
 //!
 //! [cgroups]
 //! label = false                      # cgroup label (the owner cgroup) on requests/bytes counters
+//! latency = false                    # blkobs_cgroup_request_latency_seconds (startup only)
+//! max_per_device = 8                 # cgroups with their own latency histogram per device
 //!
 //! [maps]
 //! inflight_entries = 16384           # requests tracked at once, all devices
@@ -223,7 +225,7 @@ impl Default for Merges {
 
 /// `[cgroups]`: per-cgroup counters. Reloadable (SIGHUP): written to the kernel's `SETTINGS`
 /// map.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Cgroups {
     /// When true, `blkobs_requests_total` and `blkobs_bytes_total` get a `cgroup` label: the
@@ -232,6 +234,26 @@ pub struct Cgroups {
     /// the kernel and multiplies those two counters' series by the cgroups doing I/O on each
     /// (device, class). Default false.
     pub label: bool,
+    /// When true, `blkobs_cgroup_request_latency_seconds{device,op,stage,cgroup}`: each
+    /// completed request's stage latencies by the cgroup that owns its I/O (as `label`), op
+    /// flags folded. The kernel map is sized at startup (`CGROUP_LATENCY_ENTRIES` (disk, op,
+    /// cgroup) triples, 6,768 bytes per CPU each; 1 entry while off), so turning this on needs
+    /// a restart; a reload can turn it off (and on again, if it was on at start). Default false.
+    pub latency: bool,
+    /// With `latency`: the most cgroups per device that get their own histogram series (the
+    /// busiest by requests, re-chosen every `collect::cgroup_latency::RECHOOSE`); the rest
+    /// are folded into `cgroup="other"`. Default 8; 0 folds everything.
+    pub max_per_device: usize,
+}
+
+impl Default for Cgroups {
+    fn default() -> Self {
+        Cgroups {
+            label: false,
+            latency: false,
+            max_per_device: 8,
+        }
+    }
 }
 
 /// `[maps]`.
@@ -317,6 +339,7 @@ impl Config {
         observer_common::maps::Settings {
             merge_window_ns: self.merges.window.as_nanos().min(u64::MAX as u128) as u64,
             owner_stats: u64::from(self.cgroups.label),
+            cgroup_latency: u64::from(self.cgroups.latency),
             ..self.stalls.settings()
         }
     }
@@ -582,6 +605,11 @@ mod tests {
         let c = Config::from_toml("[cgroups]\nlabel = true", "t").unwrap();
         assert_eq!(c.kernel_settings().owner_stats, 1);
         assert_eq!(Config::default().kernel_settings().owner_stats, 0);
+        let c = Config::from_toml("[cgroups]\nlatency = true\nmax_per_device = 2", "t").unwrap();
+        assert_eq!(c.kernel_settings().cgroup_latency, 1);
+        assert_eq!(c.cgroups.max_per_device, 2);
+        assert_eq!(Config::default().kernel_settings().cgroup_latency, 0);
+        assert_eq!(Config::default().cgroups.max_per_device, 8);
         let e = Config::from_toml("[cgroups]\nlabel = 1", "t")
             .unwrap_err()
             .to_string();

@@ -57,6 +57,7 @@ where
     L: Fn() -> Result<Config, ConfigError> + Send + Sync + 'static,
 {
     crate::labels::set_cgroup_root(cfg.host_root.as_deref());
+    crate::collect::cgroup_latency::set_max_per_device(cfg.cgroups.max_per_device);
     if let Some(r) = &cfg.host_root {
         info!(host_root = %r.display(), "host view: mount table, device nodes and cgroups read under this directory");
     }

@@ -86,6 +86,11 @@ pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.http != new.http {
         keys.push("http");
     }
+    if !old.cgroups.latency && new.cgroups.latency {
+        // CGROUP_LATENCY is sized at load (1 entry while off): until a restart every request
+        // is counted as cgroup_latency_map_full.
+        keys.push("cgroups.latency");
+    }
     let mut rest = new.clone();
     rest.devices = old.devices.clone();
     rest.histogram = old.histogram.clone();
@@ -155,6 +160,7 @@ where
             warn!(keys = ?restart_required, "configuration keys changed that only take effect at startup: restart the daemon (`systemctl restart observer`) to apply them; the rest of the configuration was applied");
         }
         let settings = new.kernel_settings();
+        crate::collect::cgroup_latency::set_max_per_device(new.cgroups.max_per_device);
         if let Err(e) = self.state.maps.set_settings(settings) {
             error!(error = %e, "cannot write the new [stalls] thresholds and [merges] window to the kernel; the old ones stay in effect");
         } else {

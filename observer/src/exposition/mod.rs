@@ -8,6 +8,8 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `blkobs_request_latency_seconds` | histogram | device, op, preflush, fua, sync, meta, readahead, log, stage |
+//! | `blkobs_cgroup_request_latency_seconds` | histogram, `[cgroups] latency` only (`collect::cgroup_latency`) | device, op, stage, cgroup (owner's path or `other`) |
+//! | `blkobs_cgroup_latency_other_cgroups` | gauge, `[cgroups] latency` only | device |
 //! | `blkobs_requests_total` | counter | device, op, flags |
 //! | `blkobs_bytes_total` | counter | device, op, flags |
 //! | `blkobs_merges_total` | counter | device, op, flags |
@@ -83,6 +85,7 @@ pub fn render(
     disks: &DiskView,
 ) {
     requests::latency(w, s, buckets, history, disks);
+    requests::cgroup_latency(w, s, buckets);
     requests::counters(w, s);
     dispatch::families(w, s);
     requests::errors(w, s);
@@ -155,6 +158,26 @@ mod tests {
             s.errors
                 .insert((dev.to_string(), Class(1), 10), 7 + d as u64);
         }
+        // [cgroups] latency: two named cgroups and `other` on one device.
+        let mut cg = crate::collect::snapshot::CgroupLatencyTotals::default();
+        for (i, label) in ["/a.slice", "/b.slice", "other"].iter().enumerate() {
+            let mut stages = ClassTotals::new().stages;
+            for (j, st) in stages.iter_mut().enumerate() {
+                let ns = 50_000 * (i as u64 + 1) * (j as u64 + 1);
+                st.buckets[bucket_index(ns)] += 3 + i as u64;
+                st.sum_ns += ns * (3 + i as u64);
+            }
+            cg.series.insert(
+                (
+                    "nvme0n1".to_string(),
+                    observer_common::class::Op::Write,
+                    label.to_string(),
+                ),
+                stages,
+            );
+        }
+        cg.folded_cgroups.insert("nvme0n1".to_string(), 4);
+        s.cgroup_latency = Some(cg);
         s.counters.inflight_full = 2;
         s.counters.events_dropped = 5;
         s.counters.stale_entries = 11;
@@ -284,7 +307,9 @@ mod tests {
         for f in &families {
             let name = f.name.as_deref().unwrap();
             let (schema, slack) = match name {
-                "blkobs_request_latency_seconds" => (8, native::LATENCY_EDGE_ERROR),
+                "blkobs_request_latency_seconds" | "blkobs_cgroup_request_latency_seconds" => {
+                    (8, native::LATENCY_EDGE_ERROR)
+                }
                 "blkobs_request_size_bytes" => (0, 0.0),
                 _ => {
                     assert!(f

@@ -1,7 +1,9 @@
 //! Completed requests per (device, class): the latency histograms by stage, the per-class
 //! counters and the error counts. Declares `blkobs_request_latency_seconds`,
 //! `blkobs_{slow_,}requests_total`, `blkobs_bytes_total`, `blkobs_merges_total`,
-//! `blkobs_requeues_total`, `blkobs_lost_completions_total` and `blkobs_request_errors_total`.
+//! `blkobs_requeues_total`, `blkobs_lost_completions_total`, `blkobs_request_errors_total`
+//! and, with `[cgroups] latency`, `blkobs_cgroup_request_latency_seconds` and
+//! `blkobs_cgroup_latency_other_cgroups`.
 
 use prometheus::proto::MetricType;
 
@@ -9,11 +11,13 @@ use std::collections::BTreeMap;
 
 use observer_common::{class::Class, Stage};
 
-use super::{text::Exemplar, BucketMap, HistogramSeries, MetricDesc, MetricWriter, NativeSource};
+use super::{
+    text::Exemplar, BucketMap, Family, HistogramSeries, MetricDesc, MetricWriter, NativeSource,
+};
 use crate::{
     collect::{
         events::{History, RequestId},
-        snapshot::{ClassTotals, Snapshot},
+        snapshot::{ClassTotals, Snapshot, StageTotals},
     },
     disks::DiskView,
     labels::{class_label_values, status_name},
@@ -171,8 +175,7 @@ pub fn latency(
     for ((dev, class), t) in &s.classes {
         for stage in Stage::ALL {
             let st = &t.stages[stage as usize];
-            let count = st.count();
-            if count == 0 {
+            if st.count() == 0 {
                 continue;
             }
             let mut values = class_label_values(dev, *class);
@@ -183,18 +186,71 @@ pub fn latency(
                 ex.remove(&(dev.clone(), *class, stage as u8))
                     .unwrap_or_default()
             };
-            f.native_histogram(
-                &values,
-                &HistogramSeries {
-                    bounds: &buckets.les,
-                    cumulative: &buckets.cumulative(&st.buckets),
-                    count,
-                    sum: st.sum_ns as f64 * 1e-9,
-                    native: Some(NativeSource::Latency(&st.buckets)),
-                    exemplars: &mine,
-                },
-            );
+            stage_histogram(&mut f, &values, st, buckets, &mine);
         }
+    }
+}
+
+/// One latency series of kernel buckets `st` (non-empty): classic buckets by `buckets`, native
+/// ones from the kernel's, with `exemplars`.
+fn stage_histogram(
+    f: &mut Family,
+    values: &[&str],
+    st: &StageTotals,
+    buckets: &BucketMap,
+    exemplars: &[(usize, Exemplar)],
+) {
+    f.native_histogram(
+        values,
+        &HistogramSeries {
+            bounds: &buckets.les,
+            cumulative: &buckets.cumulative(&st.buckets),
+            count: st.count(),
+            sum: st.sum_ns as f64 * 1e-9,
+            native: Some(NativeSource::Latency(&st.buckets)),
+            exemplars,
+        },
+    );
+}
+
+/// Latency histogram per (device, op, stage, owner cgroup), `[cgroups] latency`.
+pub const CGROUP_REQUEST_LATENCY: MetricDesc = MetricDesc {
+    name: "blkobs_cgroup_request_latency_seconds",
+    help: "Block request latency by stage and by the cgroup that owns the I/O (its first bio's, as io.stat charges it), op flags folded; at most [cgroups] max_per_device cgroups per device (the busiest by requests, re-chosen every 10 s), the rest in cgroup=\"other\". Stages as blkobs_request_latency_seconds.",
+    kind: MetricType::HISTOGRAM,
+    labels: &["device", "op", "stage", "cgroup"],
+};
+
+/// Cgroups folded into `cgroup="other"` per device.
+pub const CGROUP_LATENCY_FOLDED: MetricDesc = MetricDesc {
+    name: "blkobs_cgroup_latency_other_cgroups",
+    help: "Distinct cgroups whose requests went to blkobs_cgroup_request_latency_seconds{cgroup=\"other\"} within the last 10 s (outside the device's top [cgroups] max_per_device).",
+    kind: MetricType::GAUGE,
+    labels: &["device"],
+};
+
+/// The per-cgroup latency families, while `[cgroups] latency` is on (`s.cgroup_latency`):
+/// one histogram series per (device, op, stage, cgroup) with samples, in every format as
+/// [`latency`] (no exemplars), and the folded-cgroups gauge.
+pub fn cgroup_latency(w: &mut dyn MetricWriter, s: &Snapshot, buckets: &BucketMap) {
+    let Some(c) = &s.cgroup_latency else {
+        return;
+    };
+    {
+        let mut f = w.family(&CGROUP_REQUEST_LATENCY);
+        for ((dev, op, cgroup), stages) in &c.series {
+            for stage in Stage::ALL {
+                let st = &stages[stage as usize];
+                if st.count() > 0 {
+                    let values = [dev.as_str(), op.name(), stage.name(), cgroup.as_str()];
+                    stage_histogram(&mut f, &values, st, buckets, &[]);
+                }
+            }
+        }
+    }
+    let mut f = w.family(&CGROUP_LATENCY_FOLDED);
+    for (dev, n) in &c.folded_cgroups {
+        f.gauge(&[dev.as_str()], *n as f64);
     }
 }
 

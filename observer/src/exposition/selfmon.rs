@@ -49,7 +49,7 @@ impl HttpRejections {
 /// Requests or completions lost to a full map, by map.
 pub const DROPPED_REQUESTS: MetricDesc = MetricDesc {
     name: "blkobs_dropped_requests_total",
-    help: "Requests or completions not recorded because a map was full (bio_queue_map_full: a bio's entry time, its request's queue stage then starts at its creation; owner_stats_map_full: a request not counted for its cgroup, [cgroups] label).",
+    help: "Requests or completions not recorded because a map was full (bio_queue_map_full: a bio's entry time, its request's queue stage then starts at its creation; owner_stats_map_full: a request not counted for its cgroup, [cgroups] label; cgroup_latency_map_full: a request's latency not added for its cgroup, [cgroups] latency).",
     kind: MetricType::COUNTER,
     labels: &["reason"],
 };
@@ -142,6 +142,10 @@ pub fn families(w: &mut dyn MetricWriter, s: &Snapshot, info: &AttachInfo) {
     f.counter(&[Counter::StatsFull.name()], c.stats_full as f64);
     f.counter(&[Counter::BioQueuedFull.name()], c.bio_queued_full as f64);
     f.counter(&[Counter::OwnerStatsFull.name()], c.owner_stats_full as f64);
+    f.counter(
+        &[Counter::CgroupLatencyFull.name()],
+        c.cgroup_latency_full as f64,
+    );
     w.family(&STALE_REQUESTS)
         .counter(&[], c.stale_entries as f64);
     w.family(&CLOCK_ANOMALIES)

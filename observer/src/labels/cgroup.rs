@@ -112,6 +112,23 @@ impl LabelNames {
     }
 }
 
+impl LabelNames {
+    /// Whether cgroup `id` is no longer in the tree: its known path is gone or is another
+    /// cgroup now (a different inode), or it was never found (looked up again at most every
+    /// [`LabelNames::RETRY`]). False for 0 (owner unknown).
+    pub fn gone(&mut self, id: u64) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        if id == 0 {
+            return false;
+        }
+        match self.found.get(&id) {
+            Some(p) => std::fs::metadata(cgroup_root().join(p.trim_start_matches('/')))
+                .map_or(true, |m| m.ino() != id),
+            None => self.label(id).starts_with("id:"),
+        }
+    }
+}
+
 fn find_cgroup(dir: &std::path::Path, id: u64, depth: u32) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(dir).ok()?;

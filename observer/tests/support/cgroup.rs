@@ -61,12 +61,20 @@ impl Group {
 
     /// `wbytes` of the group's `io.stat` on disk `maj:min` (0 if the line is absent: no I/O).
     pub fn io_stat_wbytes(&self, majmin: &str) -> u64 {
+        self.io_stat(majmin, "wbytes")
+    }
+
+    /// Field `key` (`rbytes`, `wbytes`, `rios`, `wios`, `dbytes`, `dios`) of the group's
+    /// `io.stat` on disk `maj:min` (0 if the line is absent: no I/O). Counted per bio at
+    /// submission (block/blk-cgroup.c blk_cgroup_bio_start).
+    pub fn io_stat(&self, majmin: &str, key: &str) -> u64 {
         let text = std::fs::read_to_string(self.dir.join("io.stat")).unwrap();
+        let prefix = format!("{key}=");
         text.lines()
             .find(|l| l.split_whitespace().next() == Some(majmin))
             .and_then(|l| {
                 l.split_whitespace()
-                    .find_map(|kv| kv.strip_prefix("wbytes="))
+                    .find_map(|kv| kv.strip_prefix(prefix.as_str()))
                     .map(|v| v.parse().unwrap())
             })
             .unwrap_or(0)
