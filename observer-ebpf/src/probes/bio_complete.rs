@@ -13,17 +13,17 @@ use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
     class::classify,
     layout::KernelLayout,
-    maps::{Counter, Inflight, SlowEvent, EVENT_SLOW},
+    maps::{Counter, Inflight},
     stage::Latency,
 };
-use observer_ebpf::{arg, file::file_of_bio, kernel::bio_dev, layout, programs, read, store::add};
+use observer_ebpf::{arg, kernel::bio_dev, layout, programs, read, store::add};
 
 use super::bio_remap::ended_unrequested;
 use crate::{
     bio_end::bio_counted,
     chain::{entered_at, saw_traced_end, unlink},
     inflight::{is_piece_of_discard, piece_of, take_bio},
-    maps::{count, emit, error_seen, slow, stats},
+    maps::{count, emit_slow, error_seen, slow, stats},
     nested::{self, Pair},
     queued::forget,
     stall,
@@ -151,15 +151,7 @@ pub fn bio_ended(bio: u64, mut e: Inflight, bytes: u64, status: u64) -> u64 {
         // SAFETY: `s` is this CPU's CLASS_STATS value of the I/O's (dev, class) (bio_end.rs
         // `bio_counted`), valid while the program runs.
         unsafe { add(addr_of_mut!((*s).slow), 1) };
-        emit(&SlowEvent {
-            kind: EVENT_SLOW,
-            dev: e.dev,
-            req: e,
-            complete_ns: now,
-            merges: 0,
-            status: status as u32,
-            file: file_of_bio(bio, &layout()),
-        });
+        emit_slow(&e, now, 0, status as u32, bio, &layout());
     }
     now
 }

@@ -9,12 +9,11 @@ use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
     class::{classify, Op},
     layout::KernelLayout,
-    maps::{ClassStats, Counter, Inflight, SlowEvent, EVENT_SLOW},
+    maps::{ClassStats, Counter, Inflight},
     stage::{self, clock_anomaly, latency},
 };
 use observer_ebpf::{
     arg,
-    file::file_of_bio,
     kernel::{bio_merges, in_flush_seq, is_flush, original_flags, rq_dev},
     layout, programs, read,
     store::{add, observe_stages, put},
@@ -24,7 +23,9 @@ use crate::{
     bio_end::bio_counted,
     chain::{entered_at, saw_traced_end, unlink},
     inflight::{enter, is_piece_of_discard, live, mark_free, piece_of, take_bio},
-    maps::{cgroup_latency, count, count_dispatch, emit, error_seen, owner_count, slow, stats},
+    maps::{
+        cgroup_latency, count, count_dispatch, emit_slow, error_seen, owner_count, slow, stats,
+    },
     nested::{self, Pair},
     stall,
 };
@@ -109,18 +110,10 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
     if slow(e.class, &lat) {
         // SAFETY: as above.
         unsafe { add(addr_of_mut!((*s).slow), 1) };
+        // The first bio is still the request's here (blk_update_request traces before it
+        // ends any bio): its file is read only for a slow request.
         let merges = bio_merges(rq, &l);
-        emit(&SlowEvent {
-            kind: EVENT_SLOW,
-            dev: e.dev,
-            req: e,
-            complete_ns: now,
-            merges,
-            status: error as u32,
-            // The first bio is still the request's here (blk_update_request traces before it
-            // ends any bio): read only for a slow request.
-            file: file_of_bio(read(rq, l.rq_bio), &l),
-        });
+        emit_slow(&e, now, merges, error as u32, read(rq, l.rq_bio), &l);
     }
 }
 
