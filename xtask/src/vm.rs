@@ -324,7 +324,7 @@ fn boot_with_retry(
 /// XFS). The last four are `#[ignore]`d on hosts without dm or md modules, cgroup2's io
 /// controller or those disks and run here with `--include-ignored` (the other files have no
 /// ignored test it would enable).
-const GUEST_TESTS: [&str; 8] = [
+const GUEST_TESTS: [&str; 9] = [
     "matrix",
     "held",
     "lost",
@@ -333,6 +333,7 @@ const GUEST_TESTS: [&str; 8] = [
     "owner",
     "drivers",
     "md_stacks",
+    "ioprio",
 ];
 
 /// Guest tests left out of the matrix on one kernel (kernel label, file, test, why), each an

@@ -20,7 +20,8 @@ use crate::{
 };
 
 /// Labels of every per-(device, class) series: `device`, `op`, then the flags of
-/// [`observer_common::class::FLAGS`] in that order.
+/// [`observer_common::class::FLAGS`] in that order, then `ioprio_class` (the request's I/O
+/// priority class: [`observer_common::class::IOPRIO_CLASSES`]).
 pub const CLASS_LABELS: &[&str] = &[
     "device",
     "op",
@@ -30,6 +31,7 @@ pub const CLASS_LABELS: &[&str] = &[
     "meta",
     "readahead",
     "log",
+    "ioprio_class",
 ];
 
 /// Latency histogram per (device, class, stage).
@@ -37,7 +39,18 @@ pub const REQUEST_LATENCY: MetricDesc = MetricDesc {
     name: "blkobs_request_latency_seconds",
     help: "Block request latency by stage: queue = entered block layer to dispatch (btt Q2D), device = dispatch to completion (D2C), total = Q2C.",
     kind: MetricType::HISTOGRAM,
-    labels: &["device", "op", "preflush", "fua", "sync", "meta", "readahead", "log", "stage"],
+    labels: &[
+        "device",
+        "op",
+        "preflush",
+        "fua",
+        "sync",
+        "meta",
+        "readahead",
+        "log",
+        "ioprio_class",
+        "stage",
+    ],
 };
 
 const fn class_counter(name: &'static str, help: &'static str) -> MetricDesc {
@@ -209,6 +222,7 @@ pub const OWNER_LABELS: &[&str] = &[
     "meta",
     "readahead",
     "log",
+    "ioprio_class",
     "cgroup",
 ];
 
@@ -283,7 +297,8 @@ mod tests {
     #[test]
     fn class_labels_follow_the_flags() {
         let flags: Vec<&str> = FLAGS.iter().map(|(_, n)| *n).collect();
-        assert_eq!(&CLASS_LABELS[2..], flags.as_slice());
+        assert_eq!(&CLASS_LABELS[2..2 + flags.len()], flags.as_slice());
+        assert_eq!(CLASS_LABELS[2 + flags.len()..], ["ioprio_class"]);
         assert_eq!(&REQUEST_LATENCY.labels[..CLASS_LABELS.len()], CLASS_LABELS);
         assert_eq!(REQUEST_LATENCY.labels.last(), Some(&"stage"));
         assert_eq!(&OWNER_LABELS[..CLASS_LABELS.len()], CLASS_LABELS);

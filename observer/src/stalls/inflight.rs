@@ -170,7 +170,7 @@ impl View<'_> {
         });
         InflightRequest {
             device: self.name(e.dev),
-            class: ClassInfo::of(e.class),
+            class: ClassInfo::in_flight(e.class),
             stage: if bio {
                 "total"
             } else if at_device {
