@@ -93,12 +93,13 @@ pub const RAHEAD: u16 = 1 << 8;
 pub const LOG: u16 = 1 << 9;
 
 /// Bits of a class holding the I/O priority class of a request (bits 10..12): its
-/// `ioprio >> IOPRIO_CLASS_SHIFT`, read at the request's final completion as the kernel's
-/// `req_get_ioprio` reads it (`request::ioprio`, or since 6.15 its first bio's `bi_ioprio`:
-/// observer-ebpf kernel.rs `rq_class_with_ioprio`), then [`with_ioprio`]; also for untracked
-/// completions. 0 (`none`) where no request
-/// is read: the I/Os of bio-based disks (dm, md), merges (counted at the merge, by the bio's
-/// or merged request's flags) and lost completions.
+/// `ioprio >> IOPRIO_CLASS_SHIFT`, read once when the request enters (observer-ebpf
+/// inflight.rs `enter`, kernel.rs `rq_ioprio`: `request::ioprio`, or since 6.15 its first
+/// bio's `bi_ioprio`, as the kernel's `req_get_ioprio`), then [`with_ioprio`]; so a request's
+/// completion, its lost completion and its `/inflight` record all carry it. Also read for
+/// untracked completions. 0 (`none`) where no request is read: the I/Os of bio-based disks
+/// (dm, md), merges (counted at the merge, by the bio's or merged request's flags) and the
+/// flush request (no bio).
 pub const IOPRIO_MASK: u16 = 0x7 << IOPRIO_BIT;
 /// Lowest bit of [`IOPRIO_MASK`].
 const IOPRIO_BIT: u16 = 10;

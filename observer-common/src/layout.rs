@@ -114,7 +114,7 @@ pub struct KernelLayout {
     /// but published nowhere: 259:1 for an NVMe path on 5.10) nothing in userspace could match.
     pub disk_devt: u32,
     /// `struct request::ioprio` (`unsigned short`: IOPRIO_PRIO_VALUE(class, level),
-    /// include/uapi/linux/ioprio.h), read once at the request's final completion into its
+    /// include/uapi/linux/ioprio.h), read once when the request enters into its
     /// class ([`crate::class::with_ioprio`]); 0 when BTF has no such member: removed in 6.15
     /// ("block: remove the ioprio field from struct request"), since when the kernel's
     /// `req_get_ioprio` (include/linux/blk-mq.h) is its first bio's [`Self::bio_ioprio`].

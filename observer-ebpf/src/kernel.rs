@@ -4,7 +4,7 @@
 use aya_ebpf::{helpers::bpf_probe_read_kernel, EbpfContext};
 pub use observer_common::layout::{KernelLayout, OwnerLayout};
 use observer_common::{
-    class::{op_of, with_ioprio, Op},
+    class::{op_of, Op},
     maps::{disk_name_hash, mkdev, nameless_dev},
 };
 
@@ -206,26 +206,21 @@ pub fn original_flags(rq: u64, l: &KernelLayout) -> u32 {
     read(rq, l.rq_cmd_flags)
 }
 
-/// `class` with the request's I/O priority class ([`with_ioprio`]), read as the kernel's
-/// `req_get_ioprio` (include/linux/blk-mq.h) does, the value block_rq_complete's trace shows
-/// since aa6ff4eb7c10d: one 2-byte read of `rq->ioprio` (set from its bio's `bi_ioprio` when
-/// the request is built: blk_rq_bio_prep); since 6.15, which removed that field, `rq->bio`
-/// then its `bi_ioprio` (0, `none`, for a request without bios).
+/// The request's `ioprio` (IOPRIO_PRIO_VALUE(class, level), include/uapi/linux/ioprio.h),
+/// read as the kernel's `req_get_ioprio` (include/linux/blk-mq.h) reads it for the
+/// `block_rq_*` trace events (aa6ff4eb7c10d): one 2-byte load of `rq->ioprio` (set from its
+/// bio's `bi_ioprio` when the request is built: blk_rq_bio_prep); since 6.15, which removed
+/// that field, `bio->bi_ioprio` of its first bio `bio` (the caller's `rq->bio`; 0, `none`,
+/// for a request without bios). 0 when BTF has neither.
 #[inline(always)]
-pub fn rq_class_with_ioprio(rq: u64, class: u16, l: &KernelLayout) -> u16 {
-    let ioprio: u16 = if l.rq_ioprio != 0 {
+pub fn rq_ioprio(rq: u64, bio: u64, l: &KernelLayout) -> u16 {
+    if l.rq_ioprio != 0 {
         read(rq, l.rq_ioprio)
-    } else if l.bio_ioprio != 0 {
-        let bio: u64 = read(rq, l.rq_bio);
-        if bio == 0 {
-            0
-        } else {
-            read(bio, l.bio_ioprio)
-        }
+    } else if l.bio_ioprio != 0 && bio != 0 {
+        read(bio, l.bio_ioprio)
     } else {
         0
-    };
-    with_ioprio(class, ioprio)
+    }
 }
 
 /// Bios in a request minus one: bio merges into it (block/blk-merge.c), capped at 63.

@@ -7,7 +7,7 @@ use core::ptr::addr_of_mut;
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
-    class::{classify, Op},
+    class::{classify, with_ioprio, Op},
     layout::KernelLayout,
     maps::{ClassStats, Counter, Inflight, SlowEvent, EVENT_SLOW},
     stage::{self, clock_anomaly, latency, recorded, Latency},
@@ -15,7 +15,7 @@ use observer_common::{
 };
 use observer_ebpf::{
     arg,
-    kernel::{bio_merges, in_flush_seq, is_flush, original_flags, rq_class_with_ioprio, rq_dev},
+    kernel::{bio_merges, in_flush_seq, is_flush, original_flags, rq_dev, rq_ioprio},
     layout, programs, read,
     store::{add, observe, put},
 };
@@ -73,11 +73,8 @@ fn complete(rq: u64, error: u64, nr_bytes: u64) {
     if !(data_final || e.enter_ns == 0) {
         return;
     }
-    let mut copy = *e;
+    let copy = *e;
     mark_free(e);
-    // The priority class joins the class key here, where every per-class count of the request
-    // is made (class.rs IOPRIO_MASK).
-    copy.class = rq_class_with_ioprio(rq, copy.class, &l);
     let e = copy;
     if error != 0 {
         error_seen(e.dev, e.class, error);
@@ -147,7 +144,8 @@ fn entry_or_untracked(
         } else {
             classify(original_flags(rq, l), l)
         };
-        let class = rq_class_with_ioprio(rq, class, l);
+        // Its priority class as a tracked request gets it at entry (inflight.rs `enter`).
+        let class = with_ioprio(class, rq_ioprio(rq, read(rq, l.rq_bio), l));
         if let Some(s) = stats(dev, class) {
             // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs
             // `stats`: a non-null lookup of a per-CPU hash, so no other CPU writes it), valid while

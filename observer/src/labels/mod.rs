@@ -67,10 +67,8 @@ pub struct ClassInfo {
     /// blktrace rwbs letters, e.g. `FWFSM`.
     pub rwbs: String,
     /// I/O priority class of the request (`none`, `rt`, `be`, `idle`:
-    /// [`observer_common::class::IOPRIO_CLASSES`]), read at its completion; absent for a
-    /// request still in flight ([`ClassInfo::in_flight`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ioprio_class: Option<&'static str>,
+    /// [`observer_common::class::IOPRIO_CLASSES`]), read when it entered.
+    pub ioprio_class: &'static str,
 }
 
 impl ClassInfo {
@@ -85,16 +83,7 @@ impl ClassInfo {
                 .map(|(_, n)| *n)
                 .collect(),
             rwbs: c.rwbs(&mut [0; 8]).to_string(),
-            ioprio_class: Some(c.ioprio_class()),
-        }
-    }
-
-    /// The class of a request in flight: as [`ClassInfo::of`] without `ioprio_class`, which the
-    /// programs add to the class only at completion (observer-ebpf rq_complete.rs).
-    pub fn in_flight(class: u16) -> ClassInfo {
-        ClassInfo {
-            ioprio_class: None,
-            ..ClassInfo::of(class)
+            ioprio_class: c.ioprio_class(),
         }
     }
 }

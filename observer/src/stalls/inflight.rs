@@ -170,7 +170,7 @@ impl View<'_> {
         });
         InflightRequest {
             device: self.name(e.dev),
-            class: ClassInfo::in_flight(e.class),
+            class: ClassInfo::of(e.class),
             stage: if bio {
                 "total"
             } else if at_device {
