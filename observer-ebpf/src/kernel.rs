@@ -216,7 +216,17 @@ pub fn original_flags(rq: u64, l: &KernelLayout) -> u32 {
 pub fn rq_ioprio(rq: u64, bio: u64, l: &KernelLayout) -> u16 {
     if l.rq_ioprio != 0 {
         read(rq, l.rq_ioprio)
-    } else if l.bio_ioprio != 0 && bio != 0 {
+    } else {
+        bio_ioprio(bio, l)
+    }
+}
+
+/// A bio's `bi_ioprio` (0 for no bio, or when BTF has no such member). For a bio merging into
+/// a request it is the request's (block/blk-merge.c: bios of another priority do not merge;
+/// blk_mq_submit_bio sets a bio's default priority before it tries to merge).
+#[inline(always)]
+pub fn bio_ioprio(bio: u64, l: &KernelLayout) -> u16 {
+    if l.bio_ioprio != 0 && bio != 0 {
         read(bio, l.bio_ioprio)
     } else {
         0

@@ -9,6 +9,10 @@
 //!   count plus, in exactly one class, the unprioritised job's (the class the kernel gives a
 //!   task without ionice, printed: README "I/O priority"), and equals ftrace's count per class
 //!   where the tracepoint shows it.
+//! - `merges_count_in_their_requests_priority_class`: 4 KiB direct writes submitted 16 at a
+//!   time (they merge on mq-deadline) by a `be` and an `idle` fio job: per class,
+//!   `blkobs_requests_total` + `blkobs_merges_total` equals that job's writes (fio), so a
+//!   merged bio is counted in its request's priority class.
 
 mod support;
 
@@ -51,12 +55,17 @@ fn traced_class(e: &TraceEvent) -> Option<String> {
 
 /// The daemon's completed write requests on `dev` per `ioprio_class`.
 fn exported(d: &Daemon, dev: &str) -> BTreeMap<String, f64> {
+    exported_family(d, dev, "blkobs_requests_total")
+}
+
+/// A per-class counter's write series on `dev`, summed per `ioprio_class`.
+fn exported_family(d: &Daemon, dev: &str, name: &str) -> BTreeMap<String, f64> {
     let m = d.scrape();
     CLASSES
         .iter()
         .map(|c| {
             let n = m.sum(
-                "blkobs_requests_total",
+                name,
                 &[("device", dev), ("op", "write"), ("ioprio_class", c)],
             );
             (c.to_string(), n)
@@ -171,6 +180,75 @@ fn requests_per_ioprio_class_match_fio_and_ftrace() {
         assert_eq!(got, ftrace, "daemon per ioprio_class vs ftrace");
     } else {
         eprintln!("ioprio: block_rq_complete has no ioprio field here: fio is the witness");
+    }
+}
+
+#[test]
+fn merges_count_in_their_requests_priority_class() {
+    if !require_root_and(&["fio", "losetup"]) {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let dev = LoopDev::new(64, "mq-deadline");
+    wait_tracked(&daemon, &dev.name);
+    let before = (
+        exported(&daemon, &dev.name),
+        exported_family(&daemon, &dev.name, "blkobs_merges_total"),
+    );
+    // (job, prioclass, offset MiB): 2 threads × 4 MiB of 4 KiB writes each.
+    let mut writes = BTreeMap::new();
+    for (name, class, offset) in [("be", 2, 0), ("idle", 3, 32)] {
+        let out = fio(&[
+            &format!("--name={name}"),
+            &format!("--filename={}", dev.path),
+            "--thread",
+            "--numjobs=2",
+            "--rw=write",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=16",
+            "--iodepth_batch_submit=16",
+            "--iodepth_batch_complete_min=16",
+            "--size=4M",
+            "--offset_increment=8M",
+            &format!("--offset={offset}M"),
+            &format!("--prioclass={class}"),
+        ]);
+        let n: u64 = out["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["write"]["total_ios"].as_u64().unwrap())
+            .sum();
+        writes.insert(name.to_string(), n);
+    }
+    quiesce(&dev.name);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let req = exported(&daemon, &dev.name);
+        let merges = exported_family(&daemon, &dev.name, "blkobs_merges_total");
+        let got: BTreeMap<String, u64> = CLASSES
+            .iter()
+            .map(|c| {
+                let n = req[*c] - before.0[*c] + merges[*c] - before.1[*c];
+                (c.to_string(), n as u64)
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        let merged: f64 = CLASSES.iter().map(|c| merges[*c] - before.1[*c]).sum();
+        if got == writes || Instant::now() > deadline {
+            eprintln!(
+                "ioprio: requests + merges per class {got:?} ({merged} merges), fio {writes:?}"
+            );
+            assert!(merged > 0.0, "no merges: the test did not test merging");
+            assert_eq!(
+                got, writes,
+                "requests + merges per ioprio_class vs fio's writes"
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
     }
 }
 
