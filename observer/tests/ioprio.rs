@@ -198,30 +198,21 @@ fn merges_count_in_their_requests_priority_class() {
     // (job, prioclass, offset MiB): 2 threads × 4 MiB of 4 KiB writes each.
     let mut writes = BTreeMap::new();
     for (name, class, offset) in [("be", 2, 0), ("idle", 3, 32)] {
-        let out = fio(&[
-            &format!("--name={name}"),
-            &format!("--filename={}", dev.path),
+        let (name_arg, filename) = (format!("--name={name}"), format!("--filename={}", dev.path));
+        let (offset, class) = (
+            format!("--offset={offset}M"),
+            format!("--prioclass={class}"),
+        );
+        let job = [
+            &name_arg,
+            &filename,
             "--thread",
             "--numjobs=2",
-            "--rw=write",
-            "--bs=4k",
-            "--direct=1",
-            "--ioengine=libaio",
-            "--iodepth=16",
-            "--iodepth_batch_submit=16",
-            "--iodepth_batch_complete_min=16",
-            "--size=4M",
-            "--offset_increment=8M",
-            &format!("--offset={offset}M"),
-            &format!("--prioclass={class}"),
-        ]);
-        let n: u64 = out["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|j| j["write"]["total_ios"].as_u64().unwrap())
-            .sum();
-        writes.insert(name.to_string(), n);
+            &offset,
+            &class,
+        ];
+        let out = fio(&[&job[..], &FIO_BATCHED_WRITES, &FIO_BATCHED_WRITE_JOBS].concat());
+        writes.insert(name.to_string(), fio_writes(&out));
     }
     quiesce(&dev.name);
     let deadline = Instant::now() + Duration::from_secs(15);
