@@ -119,9 +119,10 @@ pub struct KernelLayout {
     /// ("block: remove the ioprio field from struct request"), since when the kernel's
     /// `req_get_ioprio` (include/linux/blk-mq.h) is its first bio's [`Self::bio_ioprio`].
     pub rq_ioprio: u32,
-    /// `struct bio::bi_ioprio` (`unsigned short`): read through `request::bio` where
-    /// [`Self::rq_ioprio`] is 0 (0 for a request without bios, as `req_get_ioprio` says); 0
-    /// when BTF has neither (every class is then `none`).
+    /// `struct bio::bi_ioprio` (`unsigned short`): a request's priority through `request::bio`
+    /// where [`Self::rq_ioprio`] is 0 (0 for a request without bios, as `req_get_ioprio`
+    /// says), and a merging bio's (`block_bio_backmerge`/`frontmerge`); 0 when BTF has no such
+    /// member.
     pub bio_ioprio: u32,
     /// 1 when the programs run as `tp_btf`: struct fields are then read with direct loads,
     /// which the verifier checks against BTF; 0 (raw_tp) uses `bpf_probe_read_kernel`.
