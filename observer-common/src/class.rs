@@ -2,7 +2,8 @@
 //!
 //! This is the one place where kernel `cmd_flags` are decoded ([`classify`], run inside the
 //! eBPF programs) and where the resulting class is turned into names ([`Class`]). A class is a
-//! `u16`: bits 0..4 the [`Op`], bit [`PREFLUSH`] and up the flags, bit [`LOG`] the log region.
+//! `u16`: bits 0..4 the [`Op`], bit [`PREFLUSH`] and up the flags, bit [`LOG`] the log region,
+//! bits [`IOPRIO_MASK`] the request's I/O priority class ([`with_ioprio`], [`IOPRIO_CLASSES`]).
 
 use crate::layout::KernelLayout;
 
@@ -91,6 +92,37 @@ pub const RAHEAD: u16 = 1 << 8;
 /// the `LOG_RANGES` and `REMAPS` maps, never by [`classify`].
 pub const LOG: u16 = 1 << 9;
 
+/// Bits of a class holding the I/O priority class of a request (bits 10..12): its
+/// `ioprio >> IOPRIO_CLASS_SHIFT`, read once when the request enters (observer-ebpf
+/// inflight.rs `enter`, kernel.rs `rq_ioprio`: `request::ioprio`, or since 6.15 its first
+/// bio's `bi_ioprio`, as the kernel's `req_get_ioprio`), then [`with_ioprio`]; so a request's
+/// completion, its lost completion and its `/inflight` record all carry it. Also read for
+/// untracked completions. 0 (`none`) where no request is read: the I/Os of bio-based disks
+/// (dm, md), merges (counted at the merge, by the bio's or merged request's flags) and the
+/// flush request (no bio).
+pub const IOPRIO_MASK: u16 = 0x7 << IOPRIO_BIT;
+/// Lowest bit of [`IOPRIO_MASK`].
+const IOPRIO_BIT: u16 = 10;
+/// `IOPRIO_CLASS_SHIFT` (include/uapi/linux/ioprio.h, ABI): the class is `ioprio >> 13`, the
+/// level the low 13 bits (IOPRIO_PRIO_DATA).
+pub const IOPRIO_CLASS_SHIFT: u16 = 13;
+
+/// The `ioprio_class` label values, indexed by `IOPRIO_PRIO_CLASS(ioprio)` (3 bits): the names
+/// of include/uapi/linux/ioprio.h's `IOPRIO_CLASS_NONE`, `_RT`, `_BE`, `_IDLE` in lower case
+/// (`none`: the request carries no priority, e.g. a task never given one with ionice), then
+/// `class_4` to `class_6` (not defined by the ABI) and `invalid` (`IOPRIO_CLASS_INVALID` = 7,
+/// 6.x).
+pub const IOPRIO_CLASSES: [&str; 8] = [
+    "none", "rt", "be", "idle", "class_4", "class_5", "class_6", "invalid",
+];
+
+/// `class` with its I/O priority bits set from a request's `ioprio` (`struct request::ioprio`,
+/// u16: class in the top 3 bits, level below; include/uapi/linux/ioprio.h IOPRIO_PRIO_CLASS).
+#[inline(always)]
+pub const fn with_ioprio(class: u16, ioprio: u16) -> u16 {
+    (class & !IOPRIO_MASK) | ((ioprio >> IOPRIO_CLASS_SHIFT) << IOPRIO_BIT)
+}
+
 /// The flags exported as labels: (class bit, label name). Label names are the REQ_* names in
 /// lower case, except REQ_RAHEAD, exported as `readahead`, and [`LOG`], exported as `log`
 /// (`{op="write",log="true"}` selects filesystem log writes).
@@ -172,6 +204,11 @@ impl Class {
     /// Whether a flag bit ([`PREFLUSH`], [`FUA`], ...) is set.
     pub const fn has(self, flag: u16) -> bool {
         self.0 & flag != 0
+    }
+
+    /// The `ioprio_class` label value ([`IOPRIO_CLASSES`]): `none`, `rt`, `be`, `idle`, ...
+    pub const fn ioprio_class(self) -> &'static str {
+        IOPRIO_CLASSES[((self.0 & IOPRIO_MASK) >> IOPRIO_BIT) as usize]
     }
 
     /// blktrace's rwbs string for this class, e.g. `FWFSM` for an XFS log write
@@ -268,6 +305,33 @@ pub(crate) mod tests {
         assert_eq!(c.op(), Op::Write);
         assert!(c.has(PREFLUSH) && c.has(FUA) && c.has(SYNC) && c.has(META) && !c.has(RAHEAD));
         assert_eq!(c.rwbs(&mut [0; 8]), "FWFSM");
+    }
+
+    /// The priority class comes from the top 3 bits of `ioprio` (uapi IOPRIO_PRIO_CLASS), never
+    /// touches the op or flags, and replaces an earlier one.
+    #[test]
+    fn ioprio_classes() {
+        let l = layout();
+        let c = classify(1 | 1 << 11, &l) | LOG;
+        // IOPRIO_PRIO_VALUE(class, level) = class << 13 | level.
+        for (ioprio, name) in [
+            (0u16, "none"),
+            (1 << 13 | 4, "rt"),
+            (2 << 13 | 7, "be"),
+            (3 << 13, "idle"),
+            (7 << 13, "invalid"),
+        ] {
+            let p = Class(with_ioprio(c, ioprio));
+            assert_eq!(p.ioprio_class(), name);
+            assert_eq!(p.0 & !IOPRIO_MASK, c, "{name}: op and flags kept");
+            assert_eq!(p.op(), Op::Write);
+            assert_eq!(Class(with_ioprio(p.0, 0)).ioprio_class(), "none");
+        }
+        assert_eq!(Class(c).ioprio_class(), "none");
+        assert_eq!(
+            IOPRIO_MASK & (OP_MASK | PREFLUSH | FUA | SYNC | META | RAHEAD | LOG),
+            0
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! value that differs between kernels is a field here instead of a constant in the programs.
 
 /// Offsets (bytes) and values read from kernel BTF. Set once before load; the verifier sees the
-/// values as constants (the global lives in `.rodata`). 40 `u32` fields then one `u64`: no
+/// values as constants (the global lives in `.rodata`). 42 `u32` fields then one `u64`: no
 /// implicit padding, since the struct is copied into the object byte for byte (add `u32`
 /// fields in pairs; a compile-time check below).
 #[repr(C)]
@@ -113,6 +113,17 @@ pub struct KernelLayout {
     /// /proc/diskstats shows, and 0 for a hidden disk, whose `major:first_minor` (allocated
     /// but published nowhere: 259:1 for an NVMe path on 5.10) nothing in userspace could match.
     pub disk_devt: u32,
+    /// `struct request::ioprio` (`unsigned short`: IOPRIO_PRIO_VALUE(class, level),
+    /// include/uapi/linux/ioprio.h), read once when the request enters into its
+    /// class ([`crate::class::with_ioprio`]); 0 when BTF has no such member: removed in 6.15
+    /// ("block: remove the ioprio field from struct request"), since when the kernel's
+    /// `req_get_ioprio` (include/linux/blk-mq.h) is its first bio's [`Self::bio_ioprio`].
+    pub rq_ioprio: u32,
+    /// `struct bio::bi_ioprio` (`unsigned short`): a request's priority through `request::bio`
+    /// where [`Self::rq_ioprio`] is 0 (0 for a request without bios, as `req_get_ioprio`
+    /// says), and a merging bio's (`block_bio_backmerge`/`frontmerge`); 0 when BTF has no such
+    /// member.
+    pub bio_ioprio: u32,
     /// 1 when the programs run as `tp_btf`: struct fields are then read with direct loads,
     /// which the verifier checks against BTF; 0 (raw_tp) uses `bpf_probe_read_kernel`.
     pub direct_loads: u32,
@@ -164,13 +175,15 @@ impl KernelLayout {
         bio_private: 0,
         disk_name: 0,
         disk_devt: 0,
+        rq_ioprio: 0,
+        bio_ioprio: 0,
         direct_loads: 0,
         loaded_ns: 0,
     };
 }
 
-// No implicit padding: 40 × 4 bytes, then the u64.
-const _: () = assert!(core::mem::size_of::<KernelLayout>() == 40 * 4 + 8);
+// No implicit padding: 42 × 4 bytes, then the u64.
+const _: () = assert!(core::mem::size_of::<KernelLayout>() == 42 * 4 + 8);
 
 /// Offsets (bytes) of the chain from a bio's first page to the file whose data it carries,
 /// read from kernel BTF by the daemon (observer/src/bpf/btf.rs `file_layout`) and used only for
@@ -305,7 +318,7 @@ impl OwnerLayout {
 // No implicit padding: 8 × 4 bytes.
 const _: () = assert!(core::mem::size_of::<OwnerLayout>() == 8 * 4);
 
-// SAFETY: aya::Pod (the loader writes it into `.rodata` byte for byte): repr(C), 40 u32 then
+// SAFETY: aya::Pod (the loader writes it into `.rodata` byte for byte): repr(C), 42 u32 then
 // one u64, no padding (the const size check above); integers only, any bits are a value.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for KernelLayout {}

@@ -11,12 +11,12 @@ use aya_ebpf::{
     maps::{Array, LruHashMap},
 };
 use observer_common::{
-    class::{classify, Op},
+    class::{classify, with_ioprio, Op},
     layout::KernelLayout,
     maps::{Counter, Inflight, Remap, Slot, END_CHAINED, END_TRACED, SLOTS, SLOTS_MAP_FLAGS},
 };
 use observer_ebpf::{
-    kernel::{bio_owner, disk_dev, original_flags, read, rq_dev},
+    kernel::{bio_owner, disk_dev, original_flags, read, rq_dev, rq_ioprio},
     slots::{claim, owned},
     store::{add, fill, put},
 };
@@ -96,6 +96,9 @@ pub fn enter(
         (inherit::take_class(bio), Remap::default())
     };
     let class = classify(original_flags(rq, l), l) | log_class(dev, disk_slot, sector) | class_up;
+    // The priority class, read once here so that every count of the request has it: its
+    // completion, a lost completion, `/inflight` (class.rs IOPRIO_MASK).
+    let class = with_ioprio(class, rq_ioprio(rq, bio, l));
     // SAFETY: `e` is `rq`'s entry from [`entry`] (its own INFLIGHT_SLOTS slot, or its INFLIGHT
     // element; non-null), valid while the program runs, and no reference to it is live here:
     // `fill`'s, `submitter`'s and `put`'s contracts hold.

@@ -217,6 +217,33 @@ pub fn original_flags(rq: u64, l: &KernelLayout) -> u32 {
     read(rq, l.rq_cmd_flags)
 }
 
+/// The request's `ioprio` (IOPRIO_PRIO_VALUE(class, level), include/uapi/linux/ioprio.h),
+/// read as the kernel's `req_get_ioprio` (include/linux/blk-mq.h) reads it for the
+/// `block_rq_*` trace events (aa6ff4eb7c10d): one 2-byte load of `rq->ioprio` (set from its
+/// bio's `bi_ioprio` when the request is built: blk_rq_bio_prep); since 6.15, which removed
+/// that field, `bio->bi_ioprio` of its first bio `bio` (the caller's `rq->bio`; 0, `none`,
+/// for a request without bios). 0 when BTF has neither.
+#[inline(always)]
+pub fn rq_ioprio(rq: u64, bio: u64, l: &KernelLayout) -> u16 {
+    if l.rq_ioprio != 0 {
+        read(rq, l.rq_ioprio)
+    } else {
+        bio_ioprio(bio, l)
+    }
+}
+
+/// A bio's `bi_ioprio` (0 for no bio, or when BTF has no such member). For a bio merging into
+/// a request it is the request's (block/blk-merge.c: bios of another priority do not merge;
+/// blk_mq_submit_bio sets a bio's default priority before it tries to merge).
+#[inline(always)]
+pub fn bio_ioprio(bio: u64, l: &KernelLayout) -> u16 {
+    if l.bio_ioprio != 0 && bio != 0 {
+        read(bio, l.bio_ioprio)
+    } else {
+        0
+    }
+}
+
 /// Bios in a request minus one: bio merges into it (block/blk-merge.c), capped at 63.
 #[inline(always)]
 pub fn bio_merges(rq: u64, l: &KernelLayout) -> u32 {

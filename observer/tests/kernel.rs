@@ -27,16 +27,10 @@ fn more_load(dir: &Path) {
         "--time_based",
     ]);
     fio(&[
-        "--name=merge",
-        &dir,
-        "--size=8M",
-        "--rw=write",
-        "--bs=4k",
-        "--direct=1",
-        "--ioengine=libaio",
-        "--iodepth=16",
-        "--iodepth_batch_submit=16",
-    ]);
+        &["--name=merge", &dir, "--size=8M"][..],
+        &FIO_BATCHED_WRITES,
+    ]
+    .concat());
 }
 
 /// The matrix's end-to-end check (requests and bytes per op = diskstats, lost only in PID 1's

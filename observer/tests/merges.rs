@@ -162,16 +162,6 @@ fn settled(d: &Daemon, dev: &str, before: &Exported, writes: u64) -> Exported {
     }
 }
 
-/// fio's write I/Os, summed over its jobs.
-fn fio_writes(out: &serde_json::Value) -> u64 {
-    out["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j["write"]["total_ios"].as_u64().unwrap())
-        .sum()
-}
-
 /// One run of the multi-threaded batched writer on `dev`: (exported delta, witness issues,
 /// diskstats writes delta, diskstats merged writes delta, fio's writes).
 fn batched_writers(d: &Daemon, dev: &LoopDev) -> (Exported, Vec<Issue>, u64, u64, u64) {
@@ -179,21 +169,9 @@ fn batched_writers(d: &Daemon, dev: &LoopDev) -> (Exported, Vec<Issue>, u64, u64
     let before = exported(&d.scrape(), &dev.name);
     let ds0 = diskstats(&dev.name);
     let trace = IssueTrace::start(dev.kdev());
-    let out = fio(&[
-        "--name=batched",
-        &format!("--filename={}", dev.path),
-        "--thread",
-        "--numjobs=4",
-        "--rw=write",
-        "--bs=4k",
-        "--direct=1",
-        "--ioengine=libaio",
-        "--iodepth=16",
-        "--iodepth_batch_submit=16",
-        "--iodepth_batch_complete_min=16",
-        "--size=4M",
-        "--offset_increment=8M",
-    ]);
+    let filename = format!("--filename={}", dev.path);
+    let job = ["--name=batched", &filename, "--thread", "--numjobs=4"];
+    let out = fio(&[&job[..], &FIO_BATCHED_WRITES, &FIO_BATCHED_WRITE_JOBS].concat());
     quiesce(&dev.name);
     let issues = trace.stop();
     let ds1 = diskstats(&dev.name);

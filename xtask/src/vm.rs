@@ -324,7 +324,7 @@ fn boot_with_retry(
 /// XFS). The last four are `#[ignore]`d on hosts without dm or md modules, cgroup2's io
 /// controller or those disks and run here with `--include-ignored` (the other files have no
 /// ignored test it would enable).
-const GUEST_TESTS: [&str; 11] = [
+const GUEST_TESTS: [&str; 12] = [
     "matrix",
     "held",
     "lost",
@@ -336,6 +336,7 @@ const GUEST_TESTS: [&str; 11] = [
     "md_stacks",
     "trace",
     "which_file",
+    "ioprio",
 ];
 
 /// Guest tests left out of the matrix on one kernel (kernel label, file, test, why), each an

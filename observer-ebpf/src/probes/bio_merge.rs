@@ -3,8 +3,13 @@
 use aya_ebpf::EbpfContext;
 use core::ptr::addr_of_mut;
 
-use observer_common::class::classify;
-use observer_ebpf::{arg, kernel::bio_dev, layout, programs, read, store::add};
+use observer_common::class::{classify, with_ioprio};
+use observer_ebpf::{
+    arg,
+    kernel::{bio_dev, bio_ioprio},
+    layout, programs, read,
+    store::add,
+};
 
 use crate::{maps::stats, queued::forget};
 
@@ -14,7 +19,9 @@ fn on_bio_merge(c: &impl EbpfContext, i: usize) {
     forget(bio);
     let l = layout();
     let dev = bio_dev(bio, &l);
-    if let Some(s) = stats(dev, classify(read(bio, l.bio_opf), &l)) {
+    // Counted for the request's class as its completion will be (its priority is the bio's).
+    let class = with_ioprio(classify(read(bio, l.bio_opf), &l), bio_ioprio(bio, &l));
+    if let Some(s) = stats(dev, class) {
         // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs `stats`: a
         // non-null lookup of a per-CPU hash, so no other CPU writes it), valid while the program
         // runs; a program nesting on this CPU counts into it with atomic adds too.

@@ -7,14 +7,14 @@ use core::ptr::addr_of_mut;
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
-    class::{classify, Op},
+    class::{classify, with_ioprio, Op},
     layout::KernelLayout,
     maps::{ClassStats, Counter, Inflight},
     stage::{self, clock_anomaly, latency},
 };
 use observer_ebpf::{
     arg,
-    kernel::{bio_merges, in_flush_seq, is_flush, original_flags, rq_dev},
+    kernel::{bio_merges, in_flush_seq, is_flush, original_flags, rq_dev, rq_ioprio},
     layout, programs, read,
     store::{add, observe_stages, put},
 };
@@ -141,6 +141,8 @@ fn entry_or_untracked(
         } else {
             classify(original_flags(rq, l), l)
         };
+        // Its priority class as a tracked request gets it at entry (inflight.rs `enter`).
+        let class = with_ioprio(class, rq_ioprio(rq, read(rq, l.rq_bio), l));
         if let Some(s) = stats(dev, class) {
             // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs
             // `stats`: a non-null lookup of a per-CPU hash, so no other CPU writes it), valid while

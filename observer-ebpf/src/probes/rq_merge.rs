@@ -3,8 +3,13 @@
 use aya_ebpf::EbpfContext;
 use core::ptr::addr_of_mut;
 
-use observer_common::class::classify;
-use observer_ebpf::{arg, kernel::rq_dev, layout, programs, read, store::add};
+use observer_common::class::{classify, with_ioprio};
+use observer_ebpf::{
+    arg,
+    kernel::{rq_dev, rq_ioprio},
+    layout, programs, read,
+    store::add,
+};
 
 use crate::{
     inflight::{live, mark_free},
@@ -22,7 +27,9 @@ fn on_rq_merge(c: &impl EbpfContext, i: usize) {
         }
         None => {
             let l = layout();
-            (rq_dev(rq, &l), classify(read(rq, l.rq_cmd_flags), &l))
+            let class = classify(read(rq, l.rq_cmd_flags), &l);
+            let ioprio = rq_ioprio(rq, read(rq, l.rq_bio), &l);
+            (rq_dev(rq, &l), with_ioprio(class, ioprio))
         }
     };
     if let Some(s) = stats(dev, class) {

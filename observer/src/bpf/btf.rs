@@ -337,6 +337,9 @@ impl KernelBtf {
             bio_private: self.member_offset("bio", "bi_private")?,
             disk_name: self.member_offset("gendisk", "disk_name")?,
             disk_devt,
+            // unsigned short where present; read as a u16 by the programs.
+            rq_ioprio: self.u16_member("request", "ioprio"),
+            bio_ioprio: self.u16_member("bio", "bi_ioprio"),
             direct_loads: 0,
             loaded_ns: 0,
         })
@@ -435,6 +438,14 @@ impl KernelBtf {
             };
         }
         None
+    }
+
+    /// Offset (bytes) of `member` of `struct name` if BTF has it as a 2-byte integer, else 0.
+    fn u16_member(&self, name: &str, member: &str) -> u32 {
+        match self.member_size(name, member) {
+            Some(2) => self.member_offset(name, member).unwrap_or(0),
+            _ => 0,
+        }
     }
 
     /// Size (bytes) of `member` of `struct name` (through typedefs), if BTF has it.
@@ -623,6 +634,20 @@ mod tests {
         assert_eq!(l.rq_end_io, offset("request", "end_io"));
         assert_eq!(l.rq_start_time_ns, offset("request", "start_time_ns"));
         assert_eq!(l.rq_state, offset("request", "state"));
+        // request::ioprio until 6.15, then only the bio's (host 6.18: the bio's).
+        let has_rq_ioprio = raw
+            .lines()
+            .skip_while(|l| !l.contains("STRUCT 'request' size="))
+            .skip(1)
+            .take_while(|l| l.starts_with('\t'))
+            .any(|l| l.trim_start().starts_with("'ioprio' "));
+        let want = if has_rq_ioprio {
+            offset("request", "ioprio")
+        } else {
+            0
+        };
+        assert_eq!(l.rq_ioprio, want);
+        assert_eq!(l.bio_ioprio, offset("bio", "bi_ioprio"));
         assert_eq!(l.bio_status, offset("bio", "bi_status"));
         assert_eq!(l.bio_private, offset("bio", "bi_private"));
         // The owner chain (this kernel has CONFIG_BLK_CGROUP).

@@ -579,7 +579,7 @@ mod tests {
                 .map(str::to_string)
                 .collect()
         };
-        let flags = r#"preflush="false",fua="false",sync="false",meta="false",readahead="false",log="false""#;
+        let flags = r#"preflush="false",fua="false",sync="false",meta="false",readahead="false",log="false",ioprio_class="none""#;
         assert_eq!(
             lines("blkobs_requests_total"),
             [

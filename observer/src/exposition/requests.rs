@@ -24,8 +24,11 @@ use crate::{
 };
 
 /// Labels of every per-(device, class) series: `device`, `op`, then the flags of
-/// [`observer_common::class::FLAGS`] in that order.
-pub const CLASS_LABELS: &[&str] = &[
+/// [`observer_common::class::FLAGS`] in that order, then `ioprio_class` (the request's I/O
+/// priority class: [`observer_common::class::IOPRIO_CLASSES`]).
+pub const CLASS_LABELS: &[&str] = &CLASS_LABEL_NAMES;
+
+const CLASS_LABEL_NAMES: [&str; 9] = [
     "device",
     "op",
     "preflush",
@@ -34,15 +37,33 @@ pub const CLASS_LABELS: &[&str] = &[
     "meta",
     "readahead",
     "log",
+    "ioprio_class",
 ];
+
+/// `labels` then `last`: a per-class label set with one more label (`M` = `N` + 1).
+const fn and<const N: usize, const M: usize>(
+    labels: [&'static str; N],
+    last: &'static str,
+) -> [&'static str; M] {
+    assert!(M == N + 1, "one label more");
+    let mut out = [last; M];
+    let mut i = 0;
+    while i < N {
+        out[i] = labels[i];
+        i += 1;
+    }
+    out
+}
 
 /// Latency histogram per (device, class, stage).
 pub const REQUEST_LATENCY: MetricDesc = MetricDesc {
     name: "blkobs_request_latency_seconds",
     help: "Block request latency by stage: queue = entered block layer to dispatch (btt Q2D), device = dispatch to completion (D2C), total = Q2C.",
     kind: MetricType::HISTOGRAM,
-    labels: &["device", "op", "preflush", "fua", "sync", "meta", "readahead", "log", "stage"],
+    labels: &LATENCY_LABELS,
 };
+
+const LATENCY_LABELS: [&str; 10] = and(CLASS_LABEL_NAMES, "stage");
 
 const fn class_counter(name: &'static str, help: &'static str) -> MetricDesc {
     MetricDesc {
@@ -256,17 +277,9 @@ pub fn cgroup_latency(w: &mut dyn MetricWriter, s: &Snapshot, buckets: &BucketMa
 
 /// Labels of `blkobs_requests_total` and `blkobs_bytes_total` while `[cgroups] label` is on:
 /// [`CLASS_LABELS`], then `cgroup`.
-pub const OWNER_LABELS: &[&str] = &[
-    "device",
-    "op",
-    "preflush",
-    "fua",
-    "sync",
-    "meta",
-    "readahead",
-    "log",
-    "cgroup",
-];
+pub const OWNER_LABELS: &[&str] = &OWNER_LABEL_NAMES;
+
+const OWNER_LABEL_NAMES: [&str; 10] = and(CLASS_LABEL_NAMES, "cgroup");
 
 /// The per-class counter families, in [`CLASS_COUNTERS`] order. While `[cgroups] label` is on
 /// (`s.owners`), `blkobs_requests_total` and `blkobs_bytes_total` are split by the cgroup that
@@ -339,7 +352,8 @@ mod tests {
     #[test]
     fn class_labels_follow_the_flags() {
         let flags: Vec<&str> = FLAGS.iter().map(|(_, n)| *n).collect();
-        assert_eq!(&CLASS_LABELS[2..], flags.as_slice());
+        assert_eq!(&CLASS_LABELS[2..2 + flags.len()], flags.as_slice());
+        assert_eq!(CLASS_LABELS[2 + flags.len()..], ["ioprio_class"]);
         assert_eq!(&REQUEST_LATENCY.labels[..CLASS_LABELS.len()], CLASS_LABELS);
         assert_eq!(REQUEST_LATENCY.labels.last(), Some(&"stage"));
         assert_eq!(&OWNER_LABELS[..CLASS_LABELS.len()], CLASS_LABELS);

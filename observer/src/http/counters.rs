@@ -13,9 +13,10 @@
 //!  "devices": [{"device": "loop3", "bio_based": false,
 //!               "inflight": {"queue": 0, "device": 2, "oldest_queue_seconds": 0.0,
 //!                            "oldest_device_seconds": 0.0012},
-//!               "classes": [{"op": "write", "flags": ["sync"], "rwbs": "WS", "requests": 4096,
-//!                            "bytes": 16777216, "lost": 0, "untracked": 0, "slow": 0,
-//!                            "merges": 0, "requeues": 0}]}]}
+//!               "classes": [{"op": "write", "flags": ["sync"], "rwbs": "WS",
+//!                            "ioprio_class": "be", "requests": 4096, "bytes": 16777216,
+//!                            "lost": 0, "untracked": 0, "slow": 0, "merges": 0,
+//!                            "requeues": 0}]}]}
 //! ```
 
 use std::{collections::BTreeMap, sync::Arc};

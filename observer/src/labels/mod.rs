@@ -66,6 +66,9 @@ pub struct ClassInfo {
     pub flags: Vec<&'static str>,
     /// blktrace rwbs letters, e.g. `FWFSM`.
     pub rwbs: String,
+    /// I/O priority class of the request (`none`, `rt`, `be`, `idle`:
+    /// [`observer_common::class::IOPRIO_CLASSES`]), read when it entered.
+    pub ioprio_class: &'static str,
 }
 
 impl ClassInfo {
@@ -80,17 +83,20 @@ impl ClassInfo {
                 .map(|(_, n)| *n)
                 .collect(),
             rwbs: c.rwbs(&mut [0; 8]).to_string(),
+            ioprio_class: c.ioprio_class(),
         }
     }
 }
 
 /// `(label, value)` pairs of a (device, class) series: `device`, `op`, then every flag of
-/// [`FLAGS`] as `"true"`/`"false"`, in that order (the order of the exported label set).
+/// [`FLAGS`] as `"true"`/`"false"`, then `ioprio_class`, in that order (the order of the
+/// exported label set).
 pub fn class_label_values(device: &str, class: Class) -> Vec<&str> {
     let mut v = vec![device, class.op().name()];
     for (bit, _) in FLAGS {
         v.push(if class.has(bit) { "true" } else { "false" });
     }
+    v.push(class.ioprio_class());
     v
 }
 
