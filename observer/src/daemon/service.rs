@@ -87,8 +87,8 @@ pub fn restart_required_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         keys.push("http");
     }
     if !old.cgroups.latency && new.cgroups.latency {
-        // CGROUP_LATENCY is sized at load (1 entry while off): until a restart every request
-        // is counted as cgroup_latency_map_full.
+        // CGROUP_LATENCY is sized at load (1 entry while off): it stays off until a restart
+        // (`Reloader::reload` keeps the kernel setting off).
         keys.push("cgroups.latency");
     }
     let mut rest = new.clone();
@@ -159,7 +159,12 @@ where
         if !restart_required.is_empty() {
             warn!(keys = ?restart_required, "configuration keys changed that only take effect at startup: restart the daemon (`systemctl restart observer`) to apply them; the rest of the configuration was applied");
         }
-        let settings = new.kernel_settings();
+        let mut settings = new.kernel_settings();
+        if !current.cgroups.latency {
+            // Started without it: CGROUP_LATENCY has 1 entry, so turning it on now would count
+            // every request as cgroup_latency_map_full. `current.cgroups` is the startup value.
+            settings.cgroup_latency = 0;
+        }
         crate::collect::cgroup_latency::set_max_per_device(new.cgroups.max_per_device);
         if let Err(e) = self.state.maps.set_settings(settings) {
             error!(error = %e, "cannot write the new [stalls] thresholds and [merges] window to the kernel; the old ones stay in effect");
