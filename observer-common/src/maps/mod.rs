@@ -208,7 +208,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<Inflight>(), 88);
         assert_eq!(core::mem::offset_of!(Inflight, owner_cgroup), 80);
         assert_eq!(core::mem::offset_of!(Inflight, dev_slot), 72);
-        assert_eq!(core::mem::size_of::<SlowEvent>(), 112);
+        assert_eq!(core::mem::size_of::<SlowEvent>(), 136);
         assert_eq!(core::mem::size_of::<OwnerKey>(), 16);
         assert_eq!(core::mem::offset_of!(Inflight, bios), 76);
         assert_eq!(core::mem::size_of::<MissedMerge>(), 48);
