@@ -647,6 +647,39 @@ mod tests {
         assert_eq!(chain_depth(&frames, f, &mut Vec::new()), 32 + 512);
     }
 
+    /// No program's entry point calls its handler as a BPF-to-BPF function: aya's macro
+    /// declares the handler inside the entry point as a function of the same name taking the
+    /// context struct by value, and 6.1's verifier refuses that argument ("reg type unsupported
+    /// for arg#0", found in the kernel-matrix run once `block_rq_complete`'s handler grew past
+    /// LLVM's inlining threshold). observer-ebpf's `programs!` marks it `inline(always)`.
+    #[test]
+    fn entry_points_inline_their_handler() {
+        let mut outlined = Vec::new();
+        for bytes in [super::OBJECT, crate::bpf::trace::OBJECT] {
+            let obj = object::File::parse(bytes).expect("the embedded eBPF object is ELF");
+            let programs: Vec<String> = obj
+                .symbols()
+                .filter(|s| s.is_global() && s.kind() == object::SymbolKind::Text)
+                .filter_map(|s| s.name().ok().map(str::to_string))
+                .collect();
+            for local in obj.symbols().filter(|s| s.is_local()) {
+                let name = local.name().unwrap_or_default();
+                // Rust v0 mangling of `<program>::<program>`: the inner function aya's macro
+                // declares inside the entry point.
+                if let Some(p) = programs
+                    .iter()
+                    .find(|p| name.ends_with(&format!("{}{p}{}{p}", p.len(), p.len())))
+                {
+                    outlined.push(p.clone());
+                }
+            }
+        }
+        assert!(
+            outlined.is_empty(),
+            "programs that call their handler out of line (6.1 refuses the struct argument): {outlined:?}"
+        );
+    }
+
     #[test]
     fn programs_call_no_memory_builtins() {
         let mut calls = Vec::new();
