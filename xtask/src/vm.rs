@@ -318,12 +318,15 @@ fn boot_with_retry(
 /// held-request tests (the reaper's request-state probe, flush sequences by `end_io` on kernels
 /// whose BTF lacks RQF_FLUSH_SEQ), the lost-completion test (none lost on these kernels), the
 /// merge analysis against ftrace, the stacked (device-mapper) tests, the owner-cgroup tests
-/// (write-back charged to its owner, against the cgroup's io.stat), the real drivers on the
-/// guests' qemu disks (NVMe, polled NVMe, NVMe multipath paths, virtio-blk, virtio-scsi:
-/// [`crate::vm_boot`]'s `GuestDisks`) and the disk stacks (md RAID, LVM on md, dm-crypt with
-/// XFS). The last four are `#[ignore]`d on hosts without dm or md modules, cgroup2's io
-/// controller or those disks and run here with `--include-ignored` (the other files have no
-/// ignored test it would enable).
+/// (write-back charged to its owner, against the cgroup's io.stat), latency per owner cgroup
+/// (against io.stat and fio, on null_blk), the real drivers on the guests' qemu disks (NVMe,
+/// polled NVMe, NVMe multipath paths, virtio-blk, virtio-scsi: [`crate::vm_boot`]'s
+/// `GuestDisks`), the disk stacks (md RAID, LVM on md, dm-crypt with XFS), `observer trace`'s
+/// blktrace files (blkparse against ftrace, btt against the daemon), the file of slow and stuck
+/// requests (against `stat`) and the I/O priority class (against fio and ftrace). stacked.rs,
+/// owner.rs, cgroup_latency.rs, drivers.rs and md_stacks.rs have tests `#[ignore]`d on hosts
+/// without dm or md modules, cgroup2's io controller, null_blk or those disks, run here with
+/// `--include-ignored` (the other files have no ignored test it would enable).
 const GUEST_TESTS: [&str; 12] = [
     "matrix",
     "held",
