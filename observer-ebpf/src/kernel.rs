@@ -58,6 +58,16 @@ pub(crate) fn rodata<T>(mut p: *const T) -> &'static T {
     unsafe { &*p }
 }
 
+/// Whether these are the tp_btf programs (`LAYOUT.direct_loads`): a read-only global, so the
+/// verifier sees only the branch a program really takes.
+#[inline(always)]
+pub fn direct_loads() -> bool {
+    // SAFETY: one u32 field of the static `LAYOUT` ([`layout_global!`](crate::layout_global)),
+    // which nothing writes at run time (`.rodata`, patched by the loader before load); a volatile
+    // load, so the verifier sees the patched constant.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(LAYOUT.direct_loads)) != 0 }
+}
+
 /// Reads a kernel struct field at `base + off`. In tp_btf programs (`direct_loads`) a plain
 /// load, which the verifier checks against BTF and turns into a fault-safe load; in raw_tp
 /// programs `bpf_probe_read_kernel`. The flag is a read-only global, so the verifier only sees

@@ -31,8 +31,8 @@ macro_rules! programs {
     ($handler:ident => $tp:literal, $btf:ident, $raw:ident, $i:literal) => {
         // `inline(always)`: aya's macro wraps this function in the program's entry point as an
         // inner function of the same name, taking the context struct by value. Left out of
-        // line (a large handler), it is a BPF-to-BPF call whose struct argument 6.1's verifier
-        // refuses ("reg type unsupported for arg#0"; observer/src/bpf/loader.rs
+        // line (LLVM did so once `block_rq_complete`'s handler grew), every event pays a
+        // BPF-to-BPF call and a second stack frame (observer/src/bpf/loader.rs
         // `entry_points_inline_their_handler`).
         #[aya_ebpf::macros::btf_tracepoint(function = $tp)]
         #[inline(always)]

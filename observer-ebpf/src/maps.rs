@@ -11,12 +11,13 @@ use observer_common::class::Op;
 use observer_common::dispatch::DispatchHist;
 use observer_common::layout::KernelLayout;
 use observer_common::maps::{
-    CgroupLatency, ClassKey, ClassStats, Counter, DevState, ErrorKey, Inflight, LogRanges,
+    CgroupLatency, ClassKey, ClassStats, Counter, DevState, ErrorKey, FileRef, Inflight, LogRanges,
     OwnerKey, OwnerStats, SectorRange, Settings, SlowEvent, DEV_SLOTS, EVENTS_BYTES, EVENT_SLOW,
     INFLIGHT_DEFAULT_ENTRIES, NO_SLOT, OWNER_STATS_ENTRIES,
 };
 use observer_common::stage::{self, Latency};
 use observer_ebpf::file::file_of_bio;
+use observer_ebpf::kernel::direct_loads;
 use observer_ebpf::store::{add, entry, observe_stages, put};
 
 #[map]
@@ -275,6 +276,11 @@ pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
 /// map is full) and two atomic adds per stage.
 #[inline(always)]
 pub fn cgroup_latency(e: &Inflight, lat: &Latency) {
+    // Not in the raw_tp programs: with it, both completion programs took 6.1's verifier past
+    // its 1M-instruction limit (kernel matrix, `rq_complete_nested_raw`); the daemon warns.
+    if !direct_loads() {
+        return;
+    }
     let op = Op::from_code(e.class) as u16;
     let Some(s) = owner_key(|set| set.cgroup_latency, e.dev, op, e.owner_cgroup) else {
         return;
@@ -426,7 +432,16 @@ pub fn emit_slow(
         addr_of_mut!((*r).complete_ns).write(complete_ns);
         addr_of_mut!((*r).merges).write(merges);
         addr_of_mut!((*r).status).write(status);
-        addr_of_mut!((*r).file).write(file_of_bio(bio, l));
+        // raw_tp programs leave it unknown: its probe reads and kinds in both completion
+        // programs took 6.1's verifier past its 1M-instruction limit (kernel matrix,
+        // `rq_complete_nested_raw`). Stuck requests still get theirs on demand (reqstate's
+        // `file_of`).
+        let file = if direct_loads() {
+            file_of_bio(bio, l)
+        } else {
+            FileRef::default()
+        };
+        addr_of_mut!((*r).file).write(file);
     }
     entry.submit(0);
 }

@@ -9,7 +9,7 @@ use aya_ebpf::{helpers::bpf_ktime_get_ns, EbpfContext};
 use observer_common::{
     class::{classify, with_ioprio, Op},
     layout::KernelLayout,
-    maps::{ClassStats, Counter, Inflight},
+    maps::{Counter, Inflight},
     stage::{self, clock_anomaly, latency},
 };
 use observer_ebpf::{

@@ -649,9 +649,9 @@ mod tests {
 
     /// No program's entry point calls its handler as a BPF-to-BPF function: aya's macro
     /// declares the handler inside the entry point as a function of the same name taking the
-    /// context struct by value, and 6.1's verifier refuses that argument ("reg type unsupported
-    /// for arg#0", found in the kernel-matrix run once `block_rq_complete`'s handler grew past
-    /// LLVM's inlining threshold). observer-ebpf's `programs!` marks it `inline(always)`.
+    /// context struct by value, which LLVM left out of line once `block_rq_complete`'s handler
+    /// grew past its inlining threshold (a call and a second stack frame per event).
+    /// observer-ebpf's `programs!` marks it `inline(always)`.
     #[test]
     fn entry_points_inline_their_handler() {
         let mut outlined = Vec::new();

@@ -70,6 +70,14 @@ where
         cfg.kernel_settings(),
         &disks,
     )?;
+    if probes.info.mode == "raw_tp" {
+        // observer-ebpf maps.rs `cgroup_latency`, `emit_slow`: left out of the raw_tp programs
+        // (6.1's verifier limit).
+        warn!(
+            cgroups_latency = cfg.cgroups.latency,
+            "programs attached as raw_tp (tp_btf refused or OBSERVER_ATTACH=raw_tp): slow requests name no file and [cgroups] latency records nothing; unset OBSERVER_ATTACH, or see the tp_btf error above"
+        );
+    }
     let request_probe = probes.request_probe.take().map(Arc::new);
     if let Some(log) = probes.kernel_log.take() {
         kernel_log::spawn_reader(log).context("polling the AYA_LOGS ring buffer")?;
