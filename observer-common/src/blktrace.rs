@@ -206,6 +206,9 @@ pub const RQ_MERGE: u32 = 1 << 8;
 pub const TRACE_EVENTS: &str = "TRACE_EVENTS";
 /// `TRACE_DROPS`: per-CPU array of one u64, records the ring buffer had no room for.
 pub const TRACE_DROPS: &str = "TRACE_DROPS";
+/// `TRACE_NESTED`: per-CPU array of one u64, completions `t_complete_nest` recorded because
+/// the kernel skipped `t_complete` for them (observer-ebpf/src/trace.rs `on_complete`).
+pub const TRACE_NESTED: &str = "TRACE_NESTED";
 /// Default bytes of `TRACE_EVENTS` (a power of two, as BPF_MAP_TYPE_RINGBUF requires).
 pub const TRACE_EVENTS_BYTES: u32 = 8 << 20;
 

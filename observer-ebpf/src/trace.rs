@@ -43,6 +43,17 @@ static TRACE_EVENTS: RingBuf = RingBuf::with_byte_size(TRACE_EVENTS_BYTES, 0);
 /// Records the ring buffer had no room for (index 0, per CPU).
 #[map]
 static TRACE_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+/// Completions `t_complete_nest` recorded because the kernel skipped `t_complete` for them
+/// (index 0, per CPU).
+#[map]
+static TRACE_NESTED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Slots per CPU of [`COMPLETE_KEYS`] (a power of two).
+const KEY_SLOTS: u32 = 1024;
+/// The key of each completion `t_complete` ran for, until `t_complete_nest` takes it
+/// (0: empty), per CPU, direct-mapped by [`complete_key`].
+#[map]
+static COMPLETE_KEYS: PerCpuArray<u64> = PerCpuArray::with_max_entries(KEY_SLOTS, 0);
 
 /// Whether `dev` is the traced disk.
 #[inline(always)]
@@ -154,6 +165,17 @@ fn on_rq_merge(c: &impl EbpfContext, i: usize) {
 }
 
 /// `block_rq_complete(rq, error, nr_bytes)`: the bytes completed now, and the error.
+///
+/// The kernel runs a program at most once at a time per CPU (kernel/trace/bpf_trace.c
+/// `__bpf_trace_run`: a per-CPU `prog->active` count, since 5.12; 5.10 runs it nested): a
+/// completion in an interrupt that lands inside `t_complete` on that CPU, in any part of its
+/// run, is not shown to it, and only counted (`bpf_prog_info` `recursion_misses`). So a second
+/// program, `t_complete_nest`, attached after it, records every completion `t_complete` left
+/// out (the daemon's pair, observer-ebpf/src/nested.rs, with a key made of the request's
+/// numbers instead of its address): `t_complete` puts the completion's key in this CPU's slot
+/// for it; `t_complete_nest` finds it there (then `t_complete` ran: the slot is emptied) or not
+/// (`t_complete` was skipped: it records the completion). Between the two programs of one
+/// event only interrupts run, and each interrupt's events are done before it returns.
 #[inline(always)]
 fn on_complete(c: &impl EbpfContext, i: usize) {
     let rq = arg(c, i);
@@ -161,6 +183,65 @@ fn on_complete(c: &impl EbpfContext, i: usize) {
     if !traced(rq_dev(rq, l)) {
         return;
     }
+    let (slot, key) = complete_key(c, i);
+    if let Some(p) = COMPLETE_KEYS.get_ptr_mut(slot) {
+        // SAFETY: this CPU's COMPLETE_KEYS element `slot` (a non-null lookup), a u64 valid
+        // while the program runs; a nesting program's store leaves a valid value.
+        unsafe { core::ptr::write_volatile(p, key) };
+    }
+    complete(c, i);
+}
+
+/// `t_complete_nest`: records the completion if `t_complete` was skipped for it (see
+/// [`on_complete`]).
+#[inline(always)]
+fn on_complete_nest(c: &impl EbpfContext, i: usize) {
+    let rq = arg(c, i);
+    if !traced(rq_dev(rq, layout())) {
+        return;
+    }
+    let (slot, key) = complete_key(c, i);
+    let Some(p) = COMPLETE_KEYS.get_ptr_mut(slot) else {
+        return;
+    };
+    // SAFETY: this CPU's COMPLETE_KEYS element `slot` (a non-null lookup), a u64 valid while
+    // the program runs.
+    unsafe {
+        if core::ptr::read_volatile(p) == key {
+            core::ptr::write_volatile(p, 0);
+            return;
+        }
+    }
+    if let Some(n) = TRACE_NESTED.get_ptr_mut(0) {
+        // SAFETY: `n` is this CPU's value of TRACE_NESTED[0], valid while the program runs.
+        unsafe { add(n, 1) };
+    }
+    complete(c, i);
+}
+
+/// The slot and key (never 0) of one `block_rq_complete` call, from numbers read out of the
+/// request (a tracepoint's pointer is no number the verifier lets a program hash): its first
+/// sector, the start of its life (`request::start_time_ns`, 0 where not stamped), and the
+/// bytes completed now (a partial completion advances the sector: block/blk-mq.c
+/// `blk_update_request`).
+#[inline(always)]
+fn complete_key(c: &impl EbpfContext, i: usize) -> (u32, u64) {
+    let rq = arg(c, i);
+    let l = layout();
+    let key = (read::<u64>(rq, l.rq_sector).rotate_left(24)
+        ^ read::<u64>(rq, l.rq_start_time_ns)
+        ^ (arg(c, i + 2) << 40))
+        | 1;
+    let slot =
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - KEY_SLOTS.trailing_zeros())) as u32;
+    (slot, key)
+}
+
+/// Sends a C record for `block_rq_complete`'s arguments.
+#[inline(always)]
+fn complete(c: &impl EbpfContext, i: usize) {
+    let rq = arg(c, i);
+    let l = layout();
     send(
         Event::Complete as u32,
         read(rq, l.rq_sector),
@@ -189,3 +270,5 @@ programs!(on_rq_merge => "block_rq_merge", t_rq_merge, t_rq_merge_raw, 0);
 programs!(on_rq_merge => "block_rq_merge", t_rq_merge_q, t_rq_merge_q_raw, 1);
 programs!(on_complete => "block_rq_complete", t_complete, t_complete_raw, 0);
 programs!(on_complete => "block_rq_complete", t_complete_q, t_complete_q_raw, 1);
+programs!(on_complete_nest => "block_rq_complete", t_complete_nest, t_complete_nest_raw, 0);
+programs!(on_complete_nest => "block_rq_complete", t_complete_nest_q, t_complete_nest_q_raw, 1);

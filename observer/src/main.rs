@@ -233,6 +233,13 @@ fn trace(device: String, duration: f64, output_dir: PathBuf, ring_mib: u32) -> a
             "events were lost: the ring buffer was full; give a larger --ring-mib"
         );
     }
+    if summary.skipped > 0 {
+        tracing::warn!(
+            skipped = summary.skipped,
+            "events were lost: the kernel skipped the trace programs for them (an interrupt's \
+             event inside the same program on that CPU); the files miss them"
+        );
+    }
     Ok(())
 }
 

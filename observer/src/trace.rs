@@ -58,6 +58,14 @@ pub struct Summary {
     pub notes: u64,
     /// Records the ring buffer had no room for (lost: a larger `--ring-mib` keeps them).
     pub dropped: u64,
+    /// Completions `t_complete_nest` recorded because the kernel skipped `t_complete` for them
+    /// (an interrupt's completion inside it on that CPU: observer-ebpf/src/trace.rs
+    /// `on_complete`); in the files like every other.
+    pub nested: u64,
+    /// Events the kernel ran none of the programs for (lost): the programs' recursion misses
+    /// (`bpf_prog_info`, 0 on 5.10, which runs programs nested), less the completions
+    /// `t_complete_nest` recorded.
+    pub skipped: u64,
     /// The files, one per CPU.
     pub files: Vec<PathBuf>,
 }
@@ -255,8 +263,14 @@ pub fn run(opts: &Options, ready: impl FnOnce(&probes::TraceProbes)) -> Result<S
         programs,
         mut events,
         drops,
+        nested,
         ..
     } = p;
+    let misses: u64 = crate::bpf::progstats::program_runs(&programs)
+        .iter()
+        .filter(|r| !r.program.starts_with("t_complete_nest"))
+        .filter_map(|r| r.recursion_misses)
+        .sum();
     drop(programs);
     drain(&mut events, &mut files);
     enc.flush(&mut files, u64::MAX)?;
@@ -267,6 +281,11 @@ pub fn run(opts: &Options, ready: impl FnOnce(&probes::TraceProbes)) -> Result<S
         .get(&0, 0)
         .map(|v| v.iter().sum())
         .context("reading TRACE_DROPS")?;
+    enc.summary.nested = nested
+        .get(&0, 0)
+        .map(|v| v.iter().sum())
+        .context("reading TRACE_NESTED")?;
+    enc.summary.skipped = misses.saturating_sub(enc.summary.nested);
     enc.summary.files = paths;
     Ok(enc.summary)
 }
@@ -294,11 +313,14 @@ pub fn render(s: &Summary, device: &str) -> String {
         .map(|(a, n)| format!("{a} {n}"))
         .collect();
     out.push_str(&format!(
-        "total: {} events ({}), {} process notes, {} dropped\n",
+        "total: {} events ({}), {} process notes, {} dropped, {} skipped by the kernel \
+         ({} completions recorded nested)\n",
         s.per_cpu.iter().sum::<u64>(),
         actions.join(", "),
         s.notes,
-        s.dropped
+        s.dropped,
+        s.skipped,
+        s.nested
     ));
     if let Some(dir) = s.files.first().and_then(|p| p.parent()) {
         out.push_str(&format!(

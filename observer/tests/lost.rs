@@ -122,12 +122,7 @@ fn completions_skipped_for_recursion_are_taken_by_the_nested_program() {
     if !require_root_and(&["fio"]) {
         return;
     }
-    let task = NullBlk::with(256, "none", &[("irqmode", "0")]);
-    let timer = NullBlk::with(
-        256,
-        "none",
-        &[("irqmode", "2"), ("completion_nsec", "20000")],
-    );
+    let (task, timer) = NullBlk::task_and_timer(256);
     let daemon = Daemon::start(&[]);
     let devs = [&task.name, &timer.name];
     let misses = |m: &Metrics| {
@@ -151,7 +146,7 @@ fn completions_skipped_for_recursion_are_taken_by_the_nested_program() {
     let before = daemon.scrape();
     let d0: Vec<DiskStats> = devs.iter().map(|d| diskstats(d)).collect();
     // One CPU: the timer's interrupts land on the task's completions.
-    one_cpu_reads(&[("task", &task.name), ("timer", &timer.name)]);
+    one_cpu_reads(&[("task", &task.name), ("timer", &timer.name)], 6);
     // null_blk completes everything before fio exits. A completion neither program saw is
     // counted lost when its request struct is reused, or by the reaper after two passes 1 s
     // apart: the scrape after that, and after the diskstats read.
@@ -237,29 +232,6 @@ fn completions_skipped_for_recursion_are_taken_by_the_nested_program() {
     );
 }
 
-/// fio, one job per (name, disk): 6 s of 4 KiB direct random reads (libaio, depth 8), all on
-/// CPU 0.
-fn one_cpu_reads(jobs: &[(&str, &str)]) {
-    let args: Vec<String> = jobs
-        .iter()
-        .flat_map(|(name, dev)| {
-            [
-                format!("--name={name}"),
-                format!("--filename=/dev/{dev}"),
-                "--direct=1".into(),
-                "--ioengine=libaio".into(),
-                "--iodepth=8".into(),
-                "--rw=randread".into(),
-                "--bs=4k".into(),
-                "--time_based".into(),
-                "--runtime=6".into(),
-                "--cpus_allowed=0".into(),
-            ]
-        })
-        .collect();
-    fio(&args.iter().map(String::as_str).collect::<Vec<_>>());
-}
-
 /// A dm-linear disk over two null_blk disks, torn down on drop.
 struct Linear(String);
 
@@ -302,12 +274,7 @@ fn nested_ends_of_one_disk_are_all_counted() {
         return;
     }
     let size_mib = 256;
-    let task = NullBlk::with(size_mib, "none", &[("irqmode", "0")]);
-    let timer = NullBlk::with(
-        size_mib,
-        "none",
-        &[("irqmode", "2"), ("completion_nsec", "20000")],
-    );
+    let (task, timer) = NullBlk::task_and_timer(size_mib);
     let half = size_mib * 2048;
     let name = unique("blkobs-nest");
     let table = format!(
@@ -340,7 +307,7 @@ fn nested_ends_of_one_disk_are_all_counted() {
     let before = daemon.scrape();
     let k0 = diskstats(&dm);
     // One CPU: the timer half's interrupts land on the task half's ends.
-    one_cpu_reads(&[("j0", &dm), ("j1", &dm)]);
+    one_cpu_reads(&[("j0", &dm), ("j1", &dm)], 6);
     // As in the test above: ends neither program saw are counted lost by the reaper.
     thread::sleep(Duration::from_millis(3000));
     let k1 = diskstats(&dm);

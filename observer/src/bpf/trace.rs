@@ -9,7 +9,7 @@ use aya::{
     Ebpf,
 };
 use observer_common::{
-    blktrace::{TraceRecord, TRACE_DROPS, TRACE_EVENTS},
+    blktrace::{TraceRecord, TRACE_DROPS, TRACE_EVENTS, TRACE_NESTED},
     layout::KernelLayout,
 };
 
@@ -28,9 +28,12 @@ pub(crate) static OBJECT: &[u8] =
 
 /// The traced tracepoints and their programs, in attach order: from the end of an I/O's life
 /// to its start (`block_bio_queue`, btt's Q, last), so an I/O whose Q is recorded has its
-/// later events recorded too.
-pub const TRACEPOINTS: [(&str, &str); 9] = [
+/// later events recorded too. `t_complete_nest` runs after `t_complete` (a tracepoint calls
+/// its probes in the order they were attached) and records the completions the kernel
+/// skipped `t_complete` for (observer-ebpf/src/trace.rs `on_complete`).
+pub const TRACEPOINTS: [(&str, &str); 10] = [
     ("block_rq_complete", "t_complete"),
+    ("block_rq_complete", "t_complete_nest"),
     ("block_rq_requeue", "t_requeue"),
     ("block_rq_issue", "t_issue"),
     ("block_rq_insert", "t_insert"),
@@ -50,6 +53,8 @@ pub struct TraceProbes {
     pub events: RingBuf<MapData>,
     /// `TRACE_DROPS`: records the ring buffer had no room for, per CPU.
     pub drops: PerCpuArray<MapData, u64>,
+    /// `TRACE_NESTED`: completions `t_complete_nest` recorded, per CPU.
+    pub nested: PerCpuArray<MapData, u64>,
     /// The kernel's layout (flag bits and ops decode the records' `opf`).
     pub layout: KernelLayout,
     /// `tp_btf` or `raw_tp`.
@@ -124,10 +129,13 @@ pub fn attach(dev: u32, ring_bytes: u32) -> Result<TraceProbes, ProbeError> {
         .map_err(|e| load_err(TRACE_EVENTS)(e.into()))?;
     let drops = PerCpuArray::try_from(take(&mut ebpf, TRACE_DROPS)?)
         .map_err(|e| load_err(TRACE_DROPS)(e.into()))?;
+    let nested = PerCpuArray::try_from(take(&mut ebpf, TRACE_NESTED)?)
+        .map_err(|e| load_err(TRACE_NESTED)(e.into()))?;
     Ok(TraceProbes {
         programs: ebpf,
         events,
         drops,
+        nested,
         layout,
         mode: mode.name(),
         complete_errno,

@@ -300,6 +300,21 @@ impl NullBlk {
         NullBlk::with(size_mib, scheduler, &[])
     }
 
+    /// Two null_blk devices of `size_mib` MiB each, scheduler `none`: the first completes in the
+    /// submitting task (`irqmode=0`), the second in an hrtimer interrupt 20 µs after dispatch
+    /// (`irqmode=2`). Read from one CPU, the second's completions land inside the completion
+    /// programs' runs for the first's (which the kernel then skips since 5.12).
+    pub fn task_and_timer(size_mib: u64) -> (NullBlk, NullBlk) {
+        (
+            NullBlk::with(size_mib, "none", &[("irqmode", "0")]),
+            NullBlk::with(
+                size_mib,
+                "none",
+                &[("irqmode", "2"), ("completion_nsec", "20000")],
+            ),
+        )
+    }
+
     /// A null_blk device with configfs attributes `attrs` set too (e.g. `irqmode`, `completion_nsec`:
     /// Documentation/block/null_blk.rst), before it is powered on.
     pub fn with(size_mib: u64, scheduler: &str, attrs: &[(&str, &str)]) -> NullBlk {

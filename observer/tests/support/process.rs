@@ -54,6 +54,30 @@ pub fn fio(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&out).expect("fio JSON")
 }
 
+/// fio, one job per (name, disk): `seconds` of 4 KiB direct random reads (libaio, depth 8),
+/// all on CPU 0 (so one disk's interrupt completions land inside another's completion work:
+/// tests/lost.rs, tests/trace.rs).
+pub fn one_cpu_reads(jobs: &[(&str, &str)], seconds: u32) {
+    let args: Vec<String> = jobs
+        .iter()
+        .flat_map(|(name, dev)| {
+            [
+                format!("--name={name}"),
+                format!("--filename=/dev/{dev}"),
+                "--direct=1".into(),
+                "--ioengine=libaio".into(),
+                "--iodepth=8".into(),
+                "--rw=randread".into(),
+                "--bs=4k".into(),
+                "--time_based".into(),
+                format!("--runtime={seconds}"),
+                "--cpus_allowed=0".into(),
+            ]
+        })
+        .collect();
+    fio(&args.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
 /// fio options of 4 KiB direct sequential writes submitted 16 at a time (libaio: one plug per
 /// batch, so they merge).
 pub const FIO_BATCHED_WRITES: [&str; 6] = [
