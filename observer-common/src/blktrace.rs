@@ -82,11 +82,16 @@ pub enum Event {
     Complete = 8,
     /// I, `block_rq_insert`: into the scheduler or dispatch list (`__BLK_TA_INSERT`).
     Insert = 12,
+    /// X, `block_split`: a bio split, the pdu the new sector (`__BLK_TA_SPLIT`).
+    Split = 13,
+    /// A, `block_bio_remap`: a stacked disk sent the bio on to this one, the pdu
+    /// `struct blk_io_trace_remap` (`__BLK_TA_REMAP`).
+    Remap = 15,
 }
 
 impl Event {
     /// Every event, in action-code order.
-    pub const ALL: [Event; 8] = [
+    pub const ALL: [Event; 10] = [
         Event::Queue,
         Event::BackMerge,
         Event::FrontMerge,
@@ -95,6 +100,8 @@ impl Event {
         Event::Issue,
         Event::Complete,
         Event::Insert,
+        Event::Split,
+        Event::Remap,
     ];
 
     /// The event of an action code ([`TraceRecord::event`]).
@@ -113,25 +120,54 @@ impl Event {
             Event::Issue => "D",
             Event::Complete => "C",
             Event::Insert => "I",
+            Event::Split => "X",
+            Event::Remap => "A",
         }
     }
 
-    /// The category of the action itself (`BLK_TA_*` = code | `BLK_TC_ACT(category)`).
+    /// The category of the action itself (`BLK_TA_*` = code | `BLK_TC_ACT(category)`;
+    /// `BLK_TA_SPLIT` has none).
     const fn category(self) -> u32 {
         match self {
             Event::Requeue => cat::REQUEUE,
             Event::Issue => cat::ISSUE,
             Event::Complete => cat::COMPLETE,
+            Event::Split => 0,
             _ => cat::QUEUE,
         }
     }
 
-    /// A request event (blktrace.c `blk_add_trace_rq`: adds `BLK_TC_FS`), not a bio one.
-    const fn of_request(self) -> bool {
-        matches!(
-            self,
-            Event::Requeue | Event::Issue | Event::Complete | Event::Insert
-        )
+    /// Whose event it is by its tracepoint: a request's (blktrace.c `blk_add_trace_rq`) or a
+    /// bio's. `block_rq_merge` (M of a request) and `block_bio_complete` (C of a bio) are the
+    /// exceptions, marked in the record ([`RQ_MERGE`], [`BIO_COMPLETE`]).
+    pub const fn source(self) -> Source {
+        match self {
+            Event::Requeue | Event::Issue | Event::Complete | Event::Insert => Source::Request,
+            _ => Source::Bio,
+        }
+    }
+}
+
+/// Whether an event is a request's or a bio's: blktrace.c `blk_add_trace_rq` adds `BLK_TC_FS`
+/// to a (non-passthrough) request's events, `blk_add_trace_bio` nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A bio event (Q, M, F, G, X, A, and C of a bio-based disk).
+    Bio,
+    /// A request event (I, D, R, C, and M of `block_rq_merge`).
+    Request,
+}
+
+impl Source {
+    /// The source of a record's event ([`TraceRecord::event`], with its marker bits).
+    pub fn of_record(event: Event, code: u32) -> Source {
+        if code & RQ_MERGE != 0 {
+            Source::Request
+        } else if code & BIO_COMPLETE != 0 {
+            Source::Bio
+        } else {
+            event.source()
+        }
     }
 }
 
@@ -139,9 +175,8 @@ impl Event {
 /// (`bi_opf` / `cmd_flags`): the action code, its category, and what `__blk_add_trace` adds:
 /// READ or WRITE by `op_is_write` (include/linux/blk_types.h: the op's lowest bit), SYNC,
 /// AHEAD, META, FLUSH (REQ_PREFLUSH), FUA, DISCARD for REQ_OP_DISCARD, FLUSH for
-/// REQ_OP_FLUSH; plus FS for request events. `rq_merge` is a request event too: pass
-/// `request = true` for it.
-pub fn action(event: Event, request: bool, opf: u32, l: &KernelLayout) -> u32 {
+/// REQ_OP_FLUSH; plus FS for request events ([`Source`]).
+pub fn action(event: Event, source: Source, opf: u32, l: &KernelLayout) -> u32 {
     let c = Class(classify(opf, l));
     let mut bits = event.category();
     bits |= if class::op_is_write(opf, l) {
@@ -165,14 +200,14 @@ pub fn action(event: Event, request: bool, opf: u32, l: &KernelLayout) -> u32 {
         Op::Flush => bits |= cat::FLUSH,
         _ => {}
     }
-    if request || event.of_request() {
+    if source == Source::Request {
         bits |= cat::FS;
     }
     event as u32 | tc_act(bits)
 }
 
 /// One event as the programs send it through the `TRACE_EVENTS` ring buffer: fixed size
-/// (64 bytes), everything blktrace writes for it but the sequence number (given per CPU by
+/// (72 bytes), everything blktrace writes for it but the sequence number (given per CPU by
 /// userspace, in time order).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -196,11 +231,21 @@ pub struct TraceRecord {
     pub event: u32,
     /// The current task's `comm` (NUL-padded).
     pub comm: [u8; 16],
+    /// X: the sector the bio was split at; A: the sector it had on the disk it came from.
+    pub pdu_sector: u64,
+    /// A: the disk the bio came from (`MKDEV`); 0 for other events.
+    pub pdu_dev: u32,
+    /// Padding (0).
+    pub pad: u32,
 }
 
 /// Set in [`TraceRecord::event`] by `block_rq_merge` (a request merged into another: a request
 /// event, with `BLK_TC_FS`).
 pub const RQ_MERGE: u32 = 1 << 8;
+
+/// Set in [`TraceRecord::event`] by `block_bio_complete`: a bio's end (a bio event, no
+/// `BLK_TC_FS`).
+pub const BIO_COMPLETE: u32 = 1 << 9;
 
 /// `TRACE_EVENTS`: the ring buffer of [`TraceRecord`]s.
 pub const TRACE_EVENTS: &str = "TRACE_EVENTS";
@@ -225,38 +270,64 @@ mod tests {
         let write_sync = l.op_write | l.flag_sync;
         // Q of a sync write: __BLK_TA_QUEUE | (QUEUE | WRITE | SYNC) << 16.
         assert_eq!(
-            action(Event::Queue, false, write_sync, &l),
+            action(Event::Queue, Source::Bio, write_sync, &l),
             1 | (0x10 | 0x2 | 0x8) << 16
         );
         // D of a read: __BLK_TA_ISSUE | (ISSUE | READ | FS) << 16.
         assert_eq!(
-            action(Event::Issue, false, l.op_read, &l),
+            action(Event::Issue, Source::Request, l.op_read, &l),
             7 | (0x40 | 0x1 | 0x100) << 16
         );
         // C of a preflush+FUA write: FLUSH and FUA bits, WRITE, COMPLETE, FS.
         let pf = l.op_write | l.flag_preflush | l.flag_fua;
         assert_eq!(
-            action(Event::Complete, false, pf, &l),
+            action(Event::Complete, Source::Request, pf, &l),
             8 | (0x80 | 0x2 | 0x4 | 0x8000 | 0x100) << 16
         );
         // The flush op is not a write: READ with FLUSH (blkparse prints "FN").
         assert_eq!(
-            action(Event::Issue, false, l.op_flush, &l),
+            action(Event::Issue, Source::Request, l.op_flush, &l),
             7 | (0x40 | 0x1 | 0x4 | 0x100) << 16
         );
         // A discard is a write with DISCARD; block_rq_merge's M is a request event (FS).
         assert_eq!(
-            action(Event::BackMerge, true, l.op_discard, &l),
+            action(
+                Event::BackMerge,
+                Source::of_record(Event::BackMerge, 2 | RQ_MERGE),
+                l.op_discard,
+                &l
+            ),
             2 | (0x10 | 0x2 | 0x2000 | 0x100) << 16
         );
         // Readahead and meta.
         let ra = l.op_read | l.flag_rahead | l.flag_meta;
         assert_eq!(
-            action(Event::GetRq, false, ra, &l),
+            action(Event::GetRq, Source::Bio, ra, &l),
             4 | (0x10 | 0x1 | 0x800 | 0x1000) << 16
+        );
+        // C of a bio-based disk's bio: a bio event, no FS (blktrace.c
+        // blk_add_trace_bio_complete).
+        assert_eq!(
+            action(
+                Event::Complete,
+                Source::of_record(Event::Complete, 8 | BIO_COMPLETE),
+                l.op_write,
+                &l
+            ),
+            8 | (0x80 | 0x2) << 16
+        );
+        // X has no category of its own (BLK_TA_SPLIT); A is QUEUE (BLK_TA_REMAP).
+        assert_eq!(
+            action(Event::Split, Source::Bio, l.op_read, &l),
+            13 | 0x1 << 16
+        );
+        assert_eq!(
+            action(Event::Remap, Source::Bio, l.op_write, &l),
+            15 | (0x10 | 0x2) << 16
         );
         for e in Event::ALL {
             assert_eq!(Event::from_code(e as u32), Some(e));
+            assert_eq!(Source::of_record(e, e as u32), e.source());
         }
     }
 }

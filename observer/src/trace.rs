@@ -18,7 +18,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use observer_common::{
-    blktrace::{self, Event, TraceRecord, RQ_MERGE},
+    blktrace::{self, Event, Source, TraceRecord, BIO_COMPLETE, RQ_MERGE},
     layout::KernelLayout,
     maps::mkdev,
 };
@@ -52,19 +52,19 @@ const POLL: Duration = Duration::from_millis(20);
 pub struct Summary {
     /// Events written per CPU (notes not counted).
     pub per_cpu: Vec<u64>,
-    /// Events written per blkparse letter (Q, M, F, G, I, D, R, C).
+    /// Events written per blkparse letter (Q, M, F, G, I, D, R, C, X, A).
     pub per_action: std::collections::BTreeMap<&'static str, u64>,
     /// Process notes written.
     pub notes: u64,
     /// Records the ring buffer had no room for (lost: a larger `--ring-mib` keeps them).
     pub dropped: u64,
-    /// Completions `t_complete_nest` recorded because the kernel skipped `t_complete` for them
-    /// (an interrupt's completion inside it on that CPU: observer-ebpf/src/trace.rs
-    /// `on_complete`); in the files like every other.
+    /// Completions `t_complete_nest` and `t_bio_end_nest` recorded because the kernel skipped
+    /// `t_complete` or `t_bio_end` for them (an interrupt's completion inside it on that CPU:
+    /// observer-ebpf/src/trace.rs `on_complete`); in the files like every other.
     pub nested: u64,
     /// Events the kernel ran none of the programs for (lost): the programs' recursion misses
     /// (`bpf_prog_info`, 0 on 5.10, which runs programs nested), less the completions
-    /// `t_complete_nest` recorded.
+    /// the second programs recorded.
     pub skipped: u64,
     /// The files, one per CPU.
     pub files: Vec<PathBuf>,
@@ -137,7 +137,7 @@ fn header(
 impl Encoder {
     /// Writes `r` (and, first, its task's name note if not written yet) to `f`.
     fn write(&mut self, f: &mut CpuFile, r: &TraceRecord) -> std::io::Result<()> {
-        let code = r.event & !RQ_MERGE;
+        let code = r.event & !(RQ_MERGE | BIO_COMPLETE);
         let Some(event) = Event::from_code(code) else {
             return Ok(());
         };
@@ -160,20 +160,45 @@ impl Encoder {
             self.named.insert(r.pid, r.comm);
             self.summary.notes += 1;
         }
-        let action = blktrace::action(event, r.event & RQ_MERGE != 0, r.opf, &self.layout);
+        let source = Source::of_record(event, r.event);
+        let action = blktrace::action(event, source, r.opf, &self.layout);
         let error = if event != Event::Complete || r.error == 0 {
             0
-        } else if self.complete_errno {
+        } else if self.complete_errno && source == Source::Request {
             r.error as i32 as u16
         } else {
-            // A blk_status_t: its errno is a kernel table (block/blk-core.c blk_errors) that
-            // BTF does not carry; every failure is written as -EIO.
+            // A blk_status_t (a bio's `bi_status` on every kernel): its errno is a kernel table
+            // (block/blk-core.c blk_errors) that BTF does not carry; every failure is written
+            // as -EIO.
             (-libc::EIO) as u16
         };
+        // The pdu: X the new sector (be64, blktrace.c blk_add_trace_split); A `struct
+        // blk_io_trace_remap` {be32 device_from, be32 device_to, be64 sector_from}
+        // (blk_add_trace_bio_remap).
+        let mut pdu = Vec::new();
+        match event {
+            Event::Split => pdu.extend_from_slice(&r.pdu_sector.to_be_bytes()),
+            Event::Remap => {
+                pdu.extend_from_slice(&r.pdu_dev.to_be_bytes());
+                pdu.extend_from_slice(&self.dev.to_be_bytes());
+                pdu.extend_from_slice(&r.pdu_sector.to_be_bytes());
+            }
+            _ => {}
+        }
         f.sequence += 1;
         f.out.write_all(&header(
-            f.sequence, time, r.sector, r.bytes, action, r.pid, self.dev, r.cpu, error, 0,
+            f.sequence,
+            time,
+            r.sector,
+            r.bytes,
+            action,
+            r.pid,
+            self.dev,
+            r.cpu,
+            error,
+            pdu.len() as u16,
         ))?;
+        f.out.write_all(&pdu)?;
         let cpu = r.cpu as usize;
         if self.summary.per_cpu.len() <= cpu {
             self.summary.per_cpu.resize(cpu + 1, 0);
@@ -268,7 +293,7 @@ pub fn run(opts: &Options, ready: impl FnOnce(&probes::TraceProbes)) -> Result<S
     } = p;
     let misses: u64 = crate::bpf::progstats::program_runs(&programs)
         .iter()
-        .filter(|r| !r.program.starts_with("t_complete_nest"))
+        .filter(|r| !r.program.contains("_nest"))
         .filter_map(|r| r.recursion_misses)
         .sum();
     drop(programs);

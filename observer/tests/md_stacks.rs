@@ -88,19 +88,6 @@ fn lvm() -> Command {
     c
 }
 
-/// The kernel name (`md127`, `dm-3`) of a block device node or symlink (without udev, lvm and
-/// cryptsetup make nodes of their own in /dev/mapper: the device number says which disk).
-fn kernel_name(path: &str) -> String {
-    use std::os::unix::fs::MetadataExt;
-    let rdev = std::fs::metadata(path)
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-        .rdev();
-    let (maj, min) = (libc::major(rdev), libc::minor(rdev));
-    let link = std::fs::read_link(format!("/sys/dev/block/{maj}:{min}"))
-        .unwrap_or_else(|e| panic!("/sys/dev/block/{maj}:{min}: {e}"));
-    link.file_name().unwrap().to_string_lossy().into_owned()
-}
-
 /// A request-based disk at the bottom of a stack: a loop disk the test made, or one of the
 /// guest's qemu disks (xtask/src/vm_boot.rs `GuestDisks`, found by serial).
 struct Leg {

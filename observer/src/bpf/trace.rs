@@ -28,12 +28,17 @@ pub(crate) static OBJECT: &[u8] =
 
 /// The traced tracepoints and their programs, in attach order: from the end of an I/O's life
 /// to its start (`block_bio_queue`, btt's Q, last), so an I/O whose Q is recorded has its
-/// later events recorded too. `t_complete_nest` runs after `t_complete` (a tracepoint calls
-/// its probes in the order they were attached) and records the completions the kernel
-/// skipped `t_complete` for (observer-ebpf/src/trace.rs `on_complete`).
-pub const TRACEPOINTS: [(&str, &str); 10] = [
+/// later events recorded too. `t_complete_nest` runs after `t_complete`, `t_bio_end_nest` after
+/// `t_bio_end` (a tracepoint calls its probes in the order they were attached), and records
+/// the completions the kernel skipped the first for (observer-ebpf/src/trace.rs
+/// `on_complete`).
+pub const TRACEPOINTS: [(&str, &str); 14] = [
     ("block_rq_complete", "t_complete"),
     ("block_rq_complete", "t_complete_nest"),
+    ("block_bio_complete", "t_bio_end"),
+    ("block_bio_complete", "t_bio_end_nest"),
+    ("block_bio_remap", "t_remap"),
+    ("block_split", "t_split"),
     ("block_rq_requeue", "t_requeue"),
     ("block_rq_issue", "t_issue"),
     ("block_rq_insert", "t_insert"),

@@ -390,6 +390,75 @@ impl Drop for NullBlk {
     }
 }
 
+/// The kernel name (`md127`, `dm-3`) of the block device node or link `path` (without udev,
+/// lvm and cryptsetup make nodes of their own in /dev/mapper: the device number says which
+/// disk).
+pub fn kernel_name(path: &str) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .rdev();
+    let (maj, min) = (libc::major(rdev), libc::minor(rdev));
+    let link = std::fs::read_link(format!("/sys/dev/block/{maj}:{min}"))
+        .unwrap_or_else(|e| panic!("/sys/dev/block/{maj}:{min}: {e}"));
+    link.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// An md RAID 1 array made with mdadm (`/dev/md/blkobs-*`, metadata 1.2, assumed clean: no
+/// resync I/O), stopped and its legs' superblocks zeroed on drop.
+pub struct MdArray {
+    /// The kernel name (`md127`).
+    pub name: String,
+    path: String,
+    legs: Vec<String>,
+}
+
+impl MdArray {
+    /// RAID 1 over the block devices `legs` (paths).
+    pub fn raid1(legs: &[&str]) -> MdArray {
+        let path = format!("/dev/md/{}", unique("blkobs"));
+        let n = format!("--raid-devices={}", legs.len());
+        let mut args = vec![
+            "--create",
+            &path,
+            "--run",
+            "--quiet",
+            "--level=1",
+            &n,
+            "--assume-clean",
+            "--metadata=1.2",
+        ];
+        args.extend_from_slice(legs);
+        sh("mdadm", &args);
+        MdArray {
+            name: kernel_name(&path),
+            path,
+            legs: legs.iter().map(|l| l.to_string()).collect(),
+        }
+    }
+
+    /// `/sys/block/<name>/<attr>`, trimmed.
+    pub fn sysfs(&self, attr: &str) -> String {
+        sysfs(&self.name, attr)
+    }
+}
+
+impl Drop for MdArray {
+    fn drop(&mut self) {
+        let quiet = |args: &[&str]| {
+            let _ = Command::new("mdadm")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        };
+        quiet(&["--stop", &self.path]);
+        for leg in &self.legs {
+            quiet(&["--zero-superblock", leg]);
+        }
+    }
+}
+
 /// Writes the partition table `script` to `target` (a file or device) with sfdisk; whether it
 /// succeeded.
 pub fn sfdisk(target: &Path, script: &str) -> bool {

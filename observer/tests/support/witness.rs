@@ -216,6 +216,11 @@ impl Pid1Completions {
         counts
     }
 
+    /// Stops; the completions recorded, as ftrace's events (the disk, the CPU).
+    pub fn stop_events(&self) -> Vec<TraceEvent> {
+        self.trace.as_ref().map(|t| t.stop()).unwrap_or_default()
+    }
+
     /// `n` recorded completions, as the tests print them: "not traced in the VM" there.
     pub fn shown(&self, n: f64) -> String {
         match self.trace {
