@@ -78,7 +78,8 @@ pub enum Event {
     Requeue = 6,
     /// D, `block_rq_issue`: dispatched to the driver (`__BLK_TA_ISSUE`).
     Issue = 7,
-    /// C, `block_rq_complete` (`__BLK_TA_COMPLETE`).
+    /// C, `block_rq_complete`, and `block_bio_complete` for a bio-based disk's bios
+    /// (`__BLK_TA_COMPLETE`).
     Complete = 8,
     /// I, `block_rq_insert`: into the scheduler or dispatch list (`__BLK_TA_INSERT`).
     Insert = 12,
@@ -224,8 +225,9 @@ pub struct TraceRecord {
     pub pid: u32,
     /// The CPU the tracepoint ran on.
     pub cpu: u32,
-    /// Completion error as the tracepoint passed it (`int` errno before 5.17's
-    /// `blk_status_t`); 0 for other events.
+    /// Completion error: a request's as `block_rq_complete` passed it (`int` errno before
+    /// 5.17's `blk_status_t`), a bio's `bi_status` (a `blk_status_t` on every kernel); 0 for
+    /// other events.
     pub error: u32,
     /// [`Event`] code; bit [`RQ_MERGE`] set for `block_rq_merge`.
     pub event: u32,
@@ -251,8 +253,9 @@ pub const BIO_COMPLETE: u32 = 1 << 9;
 pub const TRACE_EVENTS: &str = "TRACE_EVENTS";
 /// `TRACE_DROPS`: per-CPU array of one u64, records the ring buffer had no room for.
 pub const TRACE_DROPS: &str = "TRACE_DROPS";
-/// `TRACE_NESTED`: per-CPU array of one u64, completions `t_complete_nest` recorded because
-/// the kernel skipped `t_complete` for them (observer-ebpf/src/trace.rs `on_complete`).
+/// `TRACE_NESTED`: per-CPU array of one u64, completions `t_complete_nest` and
+/// `t_bio_end_nest` recorded because the kernel skipped `t_complete` or `t_bio_end` for them
+/// (observer-ebpf/src/trace.rs `on_complete`).
 pub const TRACE_NESTED: &str = "TRACE_NESTED";
 /// Default bytes of `TRACE_EVENTS` (a power of two, as BPF_MAP_TYPE_RINGBUF requires).
 pub const TRACE_EVENTS_BYTES: u32 = 8 << 20;

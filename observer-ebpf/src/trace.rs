@@ -1,8 +1,8 @@
 //! `observer trace`'s programs: one short program per block tracepoint blktrace records
-//! (Q, M, F, G, I, D, R, C, and for stacked disks A, X and the C of a bio-based disk), each sending one fixed-size
-//! [`TraceRecord`](observer_common::blktrace::TraceRecord) of the traced disk to userspace
-//! through the `TRACE_EVENTS` ring buffer, which writes blktrace's per-CPU files from them
-//! (observer/src/trace.rs). A separate object, loaded only by `observer trace`: the daemon's
+//! (Q, M, F, G, I, D, R, C, and for stacked disks A, X and the C of a bio-based disk), each
+//! sending one fixed-size [`TraceRecord`](observer_common::blktrace::TraceRecord) of the traced
+//! disk to userspace through the `TRACE_EVENTS` ring buffer; userspace writes blktrace's
+//! per-CPU files from them (observer/src/trace.rs). A separate object, loaded only by `observer trace`: the daemon's
 //! programs are neither changed nor slowed by it, and both run side by side.
 //!
 //! Each handler exists as a `tp_btf` and a `raw_tp` program, and for both argument layouts

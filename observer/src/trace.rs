@@ -326,7 +326,8 @@ fn drain(events: &mut aya::maps::RingBuf<aya::maps::MapData>, files: &mut [CpuFi
     }
 }
 
-/// The summary as `observer trace` prints it: events per CPU and per action, notes, drops.
+/// The summary as `observer trace` prints it: events per CPU and per action, notes, drops,
+/// events skipped by the kernel and completions recorded nested, and where the files are.
 pub fn render(s: &Summary, device: &str) -> String {
     let mut out = String::new();
     for (cpu, n) in s.per_cpu.iter().enumerate() {

@@ -15,8 +15,13 @@
 //!   every Q is named `fio` (the process notes); nothing is dropped; `btt -i <bin>` reads
 //!   blkparse's dump and its D2C count equals ftrace's Q count (btt counts per bio; every
 //!   bio got a request, G, or merged, M/F).
+//! - `btt_stages_equal_daemon_histograms`: beside a running daemon, btt's D2C and Q2C counts
+//!   and sums from our files equal the daemon's device and total stages over the same interval.
 //! - `nested_completions_are_recorded`: completions in an interrupt inside `t_complete` (which
 //!   the kernel skips it for) are in the files too, recorded by `t_complete_nest`.
+//! - `stacked_disk_events_equal_ftrace`: md raid1 and one of its legs, traced by us, by the
+//!   kernel's own blktrace (debugfs) and by ftrace: the same events, in the same detail
+//!   (stacked disks add the C of a bio-based disk, X and A).
 
 mod support;
 

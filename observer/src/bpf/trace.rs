@@ -58,7 +58,7 @@ pub struct TraceProbes {
     pub events: RingBuf<MapData>,
     /// `TRACE_DROPS`: records the ring buffer had no room for, per CPU.
     pub drops: PerCpuArray<MapData, u64>,
-    /// `TRACE_NESTED`: completions `t_complete_nest` recorded, per CPU.
+    /// `TRACE_NESTED`: completions `t_complete_nest` and `t_bio_end_nest` recorded, per CPU.
     pub nested: PerCpuArray<MapData, u64>,
     /// The kernel's layout (flag bits and ops decode the records' `opf`).
     pub layout: KernelLayout,
