@@ -72,6 +72,27 @@ fn every_lost_completion_is_one_the_kernel_ran_no_bpf_for() {
                 - before.sum("blkobs_requests_total", &[("device", n), ("op", op)])
         };
         let total = ours("read") + ours("write") + ours("flush");
+        let lost = after.sum("blkobs_lost_completions_total", &[("device", n)])
+            - before.sum("blkobs_lost_completions_total", &[("device", n)]);
+        let delta = |family: &str| {
+            after.sum(family, &[("device", n)]) - before.sum(family, &[("device", n)])
+        };
+        let context = format!(
+            "lost {lost}, untracked {}, requeues {}, errors {}; daemon-wide: nested {}, stale {}, \
+             recursion misses {:?}",
+            delta("blkobs_untracked_completions_total"),
+            delta("blkobs_requeues_total"),
+            delta("blkobs_request_errors_total"),
+            after.sum("blkobs_nested_completions_total", &[])
+                - before.sum("blkobs_nested_completions_total", &[]),
+            after.sum("blkobs_stale_requests_total", &[])
+                - before.sum("blkobs_stale_requests_total", &[]),
+            after
+                .select("blkobs_bpf_program_recursion_misses_total", &[])
+                .filter(|s| s.value > 0.0)
+                .map(|s| format!("{} {}", s.labels["program"], s.value))
+                .collect::<Vec<_>>()
+        );
         assert_eq!(
             (ours("read"), ours("write"), ours("flush")),
             (
@@ -79,10 +100,8 @@ fn every_lost_completion_is_one_the_kernel_ran_no_bpf_for() {
                 (k1.writes - k0.writes) as f64,
                 (k1.flushes - k0.flushes) as f64
             ),
-            "{n}: reads, writes, flushes vs /proc/diskstats"
+            "{n}: reads, writes, flushes vs /proc/diskstats ({context})"
         );
-        let lost = after.sum("blkobs_lost_completions_total", &[("device", n)])
-            - before.sum("blkobs_lost_completions_total", &[("device", n)]);
         let in_pid1 = Pid1Completions::of(&hidden, dev.kdev()) as f64;
         report.push(format!(
             "{n}: {total} requests, {lost} lost, completions ftrace saw on top of PID 1: {}",
