@@ -221,8 +221,9 @@ fn nested_count(out: &str) -> u64 {
 /// submitting task (`irqmode=0`), the traced one in an hrtimer interrupt (`irqmode=2`), read
 /// from one CPU: the timer disk's completions land inside `t_complete` runs for the other
 /// disk's (it runs for every disk, then filters). blkparse's completions per CPU must equal
-/// ftrace's, nothing skipped; on kernels that skip (not 5.10, which runs programs nested) some
-/// must have been recorded nested, or the test proved nothing.
+/// ftrace's in every round, nothing skipped; on kernels that skip (not 5.10, which runs
+/// programs nested) rounds are repeated until some were recorded nested (at most
+/// [`NESTED_ROUNDS`]: none in all of them fails, the test would have proved nothing).
 #[test]
 #[ignore = "needs null_blk: runs in the kernel-matrix VMs"]
 fn nested_completions_are_recorded() {
@@ -237,39 +238,56 @@ fn nested_completions_are_recorded() {
             .unwrap()
             .trim(),
     );
-    let dir = TempDir::new("blkobs-trace");
-    let ftrace = Ftrace::start(
-        "trace-nested",
-        FtraceSpec {
-            events: &["block_rq_complete"],
-            kdevs: &[kdev],
-            ..Default::default()
-        },
-    );
-    let out = trace_during(&timer.name, &dir, || {
-        one_cpu_reads(&[("task", &task.name), ("timer", &timer.name)], 3)
-    });
-    let want = ftrace_counts(&ftrace.stop());
-    let (stdout, _) = blkparse(&timer.name, &dir);
-    let (got, _) = blkparse_counts(&stdout);
-    let got: Counts = got.into_iter().filter(|((_, a), _)| a == "C").collect();
-    let nested = nested_count(&out);
     let kernel = std::env::var("BLKOBS_VM_KERNEL").unwrap_or_else(|_| "host".into());
-    eprintln!(
-        "{kernel}: {}: ftrace C {}, blkparse C {}, {nested} recorded nested",
-        timer.name,
-        total(&want, "C"),
-        total(&got, "C")
-    );
-    assert!(total(&want, "C") > 1000, "workload too small: {want:?}");
-    assert_eq!(got, want, "blkparse's completions per CPU vs ftrace's");
+    let mut nested = 0;
+    for round in 1..=NESTED_ROUNDS {
+        let dir = TempDir::new("blkobs-trace");
+        let ftrace = Ftrace::start(
+            "trace-nested",
+            FtraceSpec {
+                events: &["block_rq_complete"],
+                kdevs: &[kdev],
+                ..Default::default()
+            },
+        );
+        let out = trace_during(&timer.name, &dir, || {
+            one_cpu_reads(&[("task", &task.name), ("timer", &timer.name)], 3)
+        });
+        let want = ftrace_counts(&ftrace.stop());
+        let (stdout, _) = blkparse(&timer.name, &dir);
+        let (got, _) = blkparse_counts(&stdout);
+        let got: Counts = got.into_iter().filter(|((_, a), _)| a == "C").collect();
+        let n = nested_count(&out);
+        eprintln!(
+            "{kernel} round {round}: {}: ftrace C {}, blkparse C {}, {n} recorded nested",
+            timer.name,
+            total(&want, "C"),
+            total(&got, "C")
+        );
+        assert!(total(&want, "C") > 1000, "workload too small: {want:?}");
+        assert_eq!(
+            got, want,
+            "round {round}: blkparse's completions per CPU vs ftrace's"
+        );
+        nested += n;
+        if kernel == "5.10" || nested > 0 {
+            break;
+        }
+    }
     if kernel != "5.10" {
         assert!(
             nested > 0,
-            "t_complete was never skipped: no completion interrupted it, the test proved nothing"
+            "t_complete was never skipped in {NESTED_ROUNDS} rounds: no completion interrupted \
+             it, the test proved nothing"
         );
     }
 }
+
+/// Rounds of [`nested_completions_are_recorded`]'s workload at most, until one has a
+/// completion recorded nested: how often a timer interrupt lands inside `t_complete`'s short
+/// run is up to the host (a loaded clean-clone CI run of the 6.1 guest had none in its one
+/// round of 5,630 completions; quiet runs 8 to 24 in about 9,000).
+const NESTED_ROUNDS: u32 = 5;
 
 /// A stacked disk, traced with the disk below it: md raid1 (the seed threads' stack) over two
 /// loop disks. `observer trace` of md (bio-based: Q, X, and C of its bios, `block_bio_complete`)
