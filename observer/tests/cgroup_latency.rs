@@ -304,6 +304,8 @@ fn at_most_n_cgroups_per_device() {
         device_requests(&m, &disk.name),
         "sum over cgroups = the device's"
     );
+    // The map's fill (blkobs_map_entries), against the kernel's own dump of it.
+    d.assert_map_fill("CGROUP_LATENCY", "cgroup_latency");
     if v2 {
         assert_eq!(
             sum as u64, rios,

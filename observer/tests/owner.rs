@@ -148,6 +148,8 @@ fn direct_write_owner_is_the_writers_cgroup() {
             .all(|s| s.labels.contains_key("cgroup")),
         "every blkobs_requests_total series has a cgroup label with [cgroups] label on"
     );
+    // The map's fill, against the kernel's own dump of it.
+    d.assert_map_fill("OWNER_STATS", "owner_stats");
 }
 
 /// A buffered 64 MiB write by a process in cgroup /a, written back by the flusher after a

@@ -63,6 +63,12 @@ pub struct KernelMaps {
     pub inflight_capacity: u32,
     /// Capacity of `CLASS_STATS` (entries).
     pub class_stats_capacity: u32,
+    /// Capacity of `OWNER_STATS` (entries, as loaded: the kernel's `max_entries`; 0 if the
+    /// kernel did not say).
+    pub owner_stats_capacity: u32,
+    /// Capacity of `CGROUP_LATENCY` (entries, as loaded: 1 while `[cgroups] latency` was off
+    /// at load; 0 if the kernel did not say).
+    pub cgroup_latency_capacity: u32,
 }
 
 /// Writable second handles (dup'ed fds) on the per-device stats maps: `CLASS_STATS`, `ERRORS`,
@@ -167,6 +173,10 @@ impl KernelMaps {
             PerCpuHashMap::try_from(take(m::OWNER_STATS)?).map_err(conv(m::OWNER_STATS))?;
         let cgroup_latency: PerCpuHashMap<MapData, OwnerKey, CgroupLatency> =
             PerCpuHashMap::try_from(take(m::CGROUP_LATENCY)?).map_err(conv(m::CGROUP_LATENCY))?;
+        // BPF_OBJ_GET_INFO_BY_FD's max_entries: what the object was loaded with.
+        let capacity = |map: &MapData| map.info().map_or(0, |i| i.max_entries());
+        let owner_stats_capacity = capacity(IterableMap::map(&owner_stats));
+        let cgroup_latency_capacity = capacity(IterableMap::map(&cgroup_latency));
         let stats_rw = StatsWriter {
             class_stats: PerCpuHashMap::try_from(Map::PerCpuHashMap(dup(
                 IterableMap::map(&class_stats),
@@ -227,6 +237,8 @@ impl KernelMaps {
             cgroup_latency,
             inflight_capacity,
             class_stats_capacity,
+            owner_stats_capacity,
+            cgroup_latency_capacity,
         })
     }
 

@@ -224,8 +224,9 @@ pub struct DiskSeries {
 }
 
 /// Reads `CGROUP_LATENCY`, adds what each entry gained since the previous read to the series
-/// it is counted for now, and returns every disk's series by device number.
-pub fn read(maps: &KernelMaps) -> BTreeMap<u32, DiskSeries> {
+/// it is counted for now, and returns every disk's series by device number, with the number
+/// of entries the map held (before the entries of gone cgroups were deleted).
+pub fn read(maps: &KernelMaps) -> (BTreeMap<u32, DiskSeries>, usize) {
     // Locked before the map is read: two reads (a scrape and the 10 s tick) applied in the
     // other order than they read would see values go down and count the newer one twice.
     let mut t = TRACKER.lock().expect("cgroup latency lock");
@@ -238,6 +239,7 @@ pub fn read(maps: &KernelMaps) -> BTreeMap<u32, DiskSeries> {
             }
         },
     );
+    let entries = read.len();
     let out = t.update(read, Instant::now());
     // Entries of cgroups that are gone (no longer in the tree) and counted nothing
     // since the previous read are deleted, so that the kernel map holds the live cgroups: what
@@ -260,7 +262,7 @@ pub fn read(maps: &KernelMaps) -> BTreeMap<u32, DiskSeries> {
             t.prev.remove(k);
         }
     }
-    out
+    (out, entries)
 }
 
 impl Tracker {

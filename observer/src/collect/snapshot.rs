@@ -215,6 +215,11 @@ pub struct Snapshot {
     pub inflight_entries: (u64, u32),
     /// Entries in CLASS_STATS / its capacity.
     pub class_stats_entries: (u64, u32),
+    /// Entries in OWNER_STATS / its capacity, while `[cgroups] label` is on (`None` while off).
+    pub owner_stats_entries: Option<(u64, u32)>,
+    /// Entries in CGROUP_LATENCY / its capacity, while `[cgroups] latency` is on (`None`
+    /// while off).
+    pub cgroup_latency_entries: Option<(u64, u32)>,
     /// Per-device slots in use, capacity, and degraded disks.
     pub dev_slots: DevSlotCounts,
     /// Device-mapper disks among `inflight`'s: device → (dm name, dm uuid)
@@ -273,7 +278,8 @@ impl Snapshot {
     fn add_cgroup_latency(&mut self, maps: &KernelMaps, names: &mut DeviceNames) {
         let mut out = CgroupLatencyTotals::default();
         // Read first: the read takes the labels' lock itself (gone cgroups).
-        let read = super::cgroup_latency::read(maps);
+        let (read, entries) = super::cgroup_latency::read(maps);
+        self.cgroup_latency_entries = Some((entries as u64, maps.cgroup_latency_capacity));
         let mut labels = crate::labels::owner_labels();
         for (dev, d) in read {
             let Some(name) = names.get(dev) else {
@@ -319,6 +325,7 @@ impl Snapshot {
                 a.1 += v.bytes;
             },
         );
+        self.owner_stats_entries = Some((read.len() as u64, maps.owner_stats_capacity));
         let mut labels = crate::labels::owner_labels();
         let mut out = OwnerTotals::new();
         for (key, (requests, bytes)) in read {

@@ -183,6 +183,7 @@ mod tests {
         s.counters.stale_entries = 11;
         s.inflight_entries = (1234, 65536);
         s.class_stats_entries = (12, 256);
+        s.cgroup_latency_entries = Some((3, 256));
         s.dev_slots.used = 3;
         s.dev_slots.capacity = 64;
         let mut h = History::new(10, 10);

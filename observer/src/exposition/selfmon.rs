@@ -94,7 +94,10 @@ pub const DEVICES_DEGRADED: MetricDesc = MetricDesc {
     labels: &[],
 };
 
-/// Entries in a BPF map now.
+/// Entries in a BPF map now, per `map`: `inflight` (live and free-for-reuse entries of the
+/// collision hash and the slots), `class_stats`, `dev_index` (disks with a slot), and while
+/// their option is on `owner_stats` (`[cgroups] label`) and `cgroup_latency` (`[cgroups]
+/// latency`): keys of the per-CPU hash, each holding one value per possible CPU.
 pub const MAP_ENTRIES: MetricDesc = MetricDesc {
     name: "blkobs_map_entries",
     help: "Entries in a BPF map now.",
@@ -160,10 +163,24 @@ pub fn families(w: &mut dyn MetricWriter, s: &Snapshot, info: &AttachInfo) {
     f.gauge(&["inflight"], s.inflight_entries.0 as f64);
     f.gauge(&["class_stats"], s.class_stats_entries.0 as f64);
     f.gauge(&["dev_index"], s.dev_slots.used as f64);
+    let optional = [
+        ("owner_stats", s.owner_stats_entries),
+        ("cgroup_latency", s.cgroup_latency_entries),
+    ];
+    for (map, e) in optional {
+        if let Some((n, _)) = e {
+            f.gauge(&[map], n as f64);
+        }
+    }
     let mut f = w.family(&MAP_CAPACITY);
     f.gauge(&["inflight"], s.inflight_entries.1 as f64);
     f.gauge(&["class_stats"], s.class_stats_entries.1 as f64);
     f.gauge(&["dev_index"], s.dev_slots.capacity as f64);
+    for (map, e) in optional {
+        if let Some((_, cap)) = e {
+            f.gauge(&[map], cap as f64);
+        }
+    }
     w.family(&BUILD_INFO).gauge(
         &[
             env!("CARGO_PKG_VERSION"),

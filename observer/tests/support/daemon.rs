@@ -25,6 +25,38 @@ impl Daemon {
         Self::start_env(extra, &[])
     }
 
+    /// Asserts that `blkobs_map_entries{map=label}` and `blkobs_map_capacity{map=label}` equal
+    /// the daemon's BPF map `kernel_name` as the kernel dumps and describes it (`bpftool`:
+    /// keys, `max_entries`), in a scrape between two dumps that agree (I/O on another disk may
+    /// add a key meanwhile: then it is tried again, 5 times at most). The map must have keys.
+    pub fn assert_map_fill(&self, kernel_name: &str, label: &str) {
+        let (id, max) = super::bpf_map_of(self.pid(), kernel_name)
+            .unwrap_or_else(|| panic!("the daemon holds no BPF map {kernel_name}"));
+        for _ in 0..5 {
+            let before = super::bpf_map_keys(id);
+            let m = self.scrape();
+            if super::bpf_map_keys(id) != before {
+                continue;
+            }
+            let entries = m.sum("blkobs_map_entries", &[("map", label)]);
+            let capacity = m.sum("blkobs_map_capacity", &[("map", label)]);
+            eprintln!(
+                "{kernel_name}: {entries} of {capacity} entries in /metrics; bpftool: {before} of {max}"
+            );
+            assert!(before > 0, "{kernel_name} has no key: nothing to compare");
+            assert_eq!(
+                entries, before as f64,
+                "{kernel_name} entries vs bpftool's dump"
+            );
+            assert_eq!(
+                capacity, max as f64,
+                "{kernel_name} capacity vs bpftool's max_entries"
+            );
+            return;
+        }
+        panic!("{kernel_name} changed between every two dumps (5 tries)");
+    }
+
     /// The TCP port the daemon listens on (of [`Daemon::addr`]), e.g. for a Prometheus
     /// scrape config.
     pub fn port(&self) -> u16 {

@@ -320,6 +320,49 @@ pub fn bpf_ids_of(pid: u32) -> (BTreeSet<u64>, BTreeSet<u64>) {
     (progs, links)
 }
 
+/// The BPF map named `name` (the kernel keeps 15 characters of it) that process `pid` holds
+/// open (`map_id:` in /proc/PID/fdinfo, named by `bpftool map show id`): `(id, max_entries)`.
+pub fn bpf_map_of(pid: u32, name: &str) -> Option<(u64, u64)> {
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .ok()?
+        .flatten()
+    {
+        let Ok(info) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let Some(id) = info.lines().find_map(|l| {
+            l.strip_prefix("map_id:")
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        }) else {
+            continue;
+        };
+        let out = Command::new("bpftool")
+            .args(["-j", "map", "show", "id", &id.to_string()])
+            .output()
+            .expect("run bpftool");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if v["name"] == name {
+            return Some((id, v["max_entries"].as_u64()?));
+        }
+    }
+    None
+}
+
+/// Keys in BPF map `id` now, counted by the kernel's own dump (`bpftool map dump id`).
+pub fn bpf_map_keys(id: u64) -> u64 {
+    let out = Command::new("bpftool")
+        .args(["-j", "map", "dump", "id", &id.to_string()])
+        .output()
+        .expect("run bpftool");
+    assert!(
+        out.status.success(),
+        "bpftool map dump id {id} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
+    v.as_array().expect("a dump is an array").len() as u64
+}
+
 /// Ids of all BPF programs and links in the kernel now, according to `bpftool`.
 pub fn bpftool_ids() -> (BTreeSet<u64>, BTreeSet<u64>) {
     let ids = |what: &str| -> BTreeSet<u64> {
