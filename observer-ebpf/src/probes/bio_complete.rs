@@ -33,7 +33,9 @@ use crate::{
 /// I/O is aggregated; else its entry is forgotten. The first program of a nested.rs pair.
 #[inline(always)]
 fn on_bio_complete(c: &impl EbpfContext, i: usize) {
-    nested::ran(Pair::BioComplete, nested::bio_key(arg(c, i)));
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
+    let now = unsafe { bpf_ktime_get_ns() };
+    nested::ran(Pair::BioComplete, nested::bio_key(arg(c, i)), now);
     bio_end(c, i);
 }
 

@@ -34,8 +34,10 @@ use crate::{
 /// nested.rs pair.
 #[inline(always)]
 fn on_complete(c: &impl EbpfContext, i: usize) {
-    nested::ran(Pair::RqComplete, nested::rq_key(arg(c, i), &layout()));
-    complete_args(c, i);
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
+    let now = unsafe { bpf_ktime_get_ns() };
+    nested::ran(Pair::RqComplete, nested::rq_key(arg(c, i), &layout()), now);
+    complete_args(c, i, now);
 }
 
 /// `block_rq_complete` again, attached after [`on_complete`]'s program: a completion the kernel
@@ -44,23 +46,24 @@ fn on_complete(c: &impl EbpfContext, i: usize) {
 fn on_complete_nested(c: &impl EbpfContext, i: usize) {
     if nested::skipped(Pair::RqComplete, nested::rq_key(arg(c, i), &layout())) {
         count(Counter::NestedEnds);
-        complete_args(c, i);
+        // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
+        complete_args(c, i, unsafe { bpf_ktime_get_ns() });
     }
 }
 
 #[inline(always)]
-fn complete_args(c: &impl EbpfContext, i: usize) {
+fn complete_args(c: &impl EbpfContext, i: usize, now: u64) {
     complete(
         arg(c, i),
         arg(c, i + 1) as u32 as u64,
         arg(c, i + 2) as u32 as u64,
+        now,
     );
 }
 
+/// The completion of `nr_bytes` of `rq` with `error`, at `now` (`bpf_ktime_get_ns`, ns).
 #[inline(always)]
-fn complete(rq: u64, error: u64, nr_bytes: u64) {
-    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
-    let now = unsafe { bpf_ktime_get_ns() };
+fn complete(rq: u64, error: u64, nr_bytes: u64, now: u64) {
     let l = layout();
     let data_len: u32 = read(rq, l.rq_data_len);
     // The flush request completes once (it carries RQF_FLUSH_SEQ itself). A data request is
