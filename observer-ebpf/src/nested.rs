@@ -16,24 +16,32 @@
 //! - not: the first was skipped (it was running lower on this CPU's stack, in any part of its
 //!   run, prologue and epilogue included), and the second handles the event.
 //!
+//! A key is left in its slot when the kernel skips its second program (an interrupt while the
+//! second program runs). A request's key includes the start of its life ([`rq_key`]), so it is
+//! not taken for the same struct's next request, whose end may come microseconds later and be
+//! skipped too; a key without one (a bio's, or a request's where the kernel did not stamp it)
+//! is taken only if written less than [`MAX_WAIT_NS`] ago, which costs the second program a
+//! clock read (the first writes the clock it reads anyway: the request pair's handler uses
+//! it).
+//!
 //! A slot holds one key: an interrupt between the two programs of an event whose own key maps
-//! to the same slot (1 in [`SLOTS`]) overwrites it. So the first program also writes the key
-//! into this CPU's ring of the pair's last [`RING`] keys (`RECENT`), the second clears it there
-//! when it finds its slot, and a second program that does not find its key in its slot looks
-//! in the ring before it takes the end: that end is handled twice only if the slot was
-//! overwritten and [`RING`] more first programs ran between its two programs. (Before the
-//! ring, a clean-clone CI run's 6.1 guest counted one write more than diskstats, 820 vs 819,
-//! under `tests/lost.rs`' nesting: on kernels without `block_io_start` the end handled twice
-//! enters the request anew.) A key is
-//! left in its slot when the kernel skips its second program (an interrupt while the second
-//! program runs). A request's key includes the start of its life ([`rq_key`]), so it is not
-//! taken for the same struct's next request, whose end may come microseconds later and be
-//! skipped too; a key without one (a bio's, or a request's where the kernel did not stamp
-//! it) is taken only if written less than [`MAX_WAIT_NS`] ago, which costs the second
-//! program a clock read. The first program writes the clock its handler reads anyway. An end
-//! is lost only when both programs are skipped for it (an interrupt inside an interrupt inside
-//! them), or when such a key matches it. No loop: 5.10's verifier walks every iteration of
-//! one, in every program.
+//! to the same slot (1 in [`SLOTS`]) overwrites it. So for a key with the start of its life,
+//! the first program also writes it into this CPU's ring of the pair's last [`RING`] such keys
+//! (`RECENT`), the second clears it there when it finds its slot, and a second program that
+//! does not find its key in its slot looks in the ring before it takes the end: that end is
+//! handled twice only if the slot was overwritten and [`RING`] more first programs ran between
+//! its two programs. (Before the ring, a clean-clone CI run's 6.1 guest counted one write more
+//! than diskstats, 820 vs 819, under `tests/lost.rs`' nesting: on kernels without
+//! `block_io_start` the end handled twice enters the request anew.) A key without a life (a
+//! bio's) is kept out of the ring: a copy left there by a skipped second program could match
+//! the next bio at that address, reused at once, whose first program is skipped.
+//!
+//! An end is lost only when both programs are skipped for it (an interrupt inside an interrupt
+//! inside them), or when a key left behind matches it: in its slot, as above, or in the ring,
+//! where a copy of a request's key outlives its slot only by at most [`RING`] first-program
+//! runs and matches only a later end of the same request life (a partial completion, a flush
+//! sequence's second) whose first program is skipped. No loop: 5.10's verifier walks every
+//! iteration of one, in every program.
 //!
 //! A run of the second for a skipped end shares per-CPU scratch values with the first's
 //! interrupted run, as any two programs nesting on a CPU do (maps.rs, `OWNER_SCRATCH`).
@@ -67,7 +75,7 @@ pub struct Pending {
     at: u64,
 }
 
-/// A pair's ring of the last keys its first program wrote, and how many it wrote.
+/// A pair's ring of the last keys with a life its first program wrote, and how many it wrote.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Recent {
@@ -136,22 +144,37 @@ fn slot_index(pair: Pair, key: Key) -> u32 {
 /// across it: 5.10's raw_tp `bio_complete_q` has no stack to spare).
 #[inline(always)]
 pub fn ran(pair: Pair, key: Key, now: u64) {
-    let Some(r) = RECENT.get_ptr_mut(pair as u32) else {
-        return;
-    };
     let Some(p) = PENDING.get_ptr_mut(slot_index(pair, key)) else {
         return;
     };
-    // SAFETY: `r` and `p` are this CPU's RECENT and PENDING elements (non-null lookups of
-    // per-CPU arrays), valid while the program runs; programs on one CPU never run in
-    // parallel, only nested, and every field is a u64 (a nesting program's store leaves a
-    // valid value; the index is masked into the array).
+    // SAFETY: `p` is this CPU's PENDING element (a non-null lookup of a per-CPU array), valid
+    // while the program runs; programs on one CPU never run in parallel, only nested, and
+    // every field is a u64 (a nesting program's store leaves a valid value).
+    let (left, left_at) = unsafe {
+        let left = ((*p).key, (*p).at);
+        write_volatile(addr_of_mut!((*p).key), key.value);
+        write_volatile(addr_of_mut!((*p).written_ns), now);
+        left
+    };
+    if !key.life {
+        return;
+    }
+    let Some(r) = RECENT.get_ptr_mut(pair as u32) else {
+        return;
+    };
+    // SAFETY: `r` is this CPU's RECENT element (a non-null lookup of a per-CPU array), `p` as
+    // above; u64 fields, the ring index masked into the array.
     unsafe {
+        if left == key.value {
+            // The same key, left by a skipped second program: its copy in the ring goes too.
+            let copy = addr_of_mut!((*r).keys[(left_at % RING) as usize]);
+            if *copy == key.value {
+                write_volatile(copy, 0);
+            }
+        }
         let at = (*r).written;
         write_volatile(addr_of_mut!((*r).written), at.wrapping_add(1));
         write_volatile(addr_of_mut!((*r).keys[(at % RING) as usize]), key.value);
-        write_volatile(addr_of_mut!((*p).key), key.value);
-        write_volatile(addr_of_mut!((*p).written_ns), now);
         write_volatile(addr_of_mut!((*p).at), at);
     }
 }
@@ -161,21 +184,29 @@ pub fn ran(pair: Pair, key: Key, now: u64) {
 /// first ran.
 #[inline(always)]
 pub fn skipped(pair: Pair, key: Key) -> bool {
-    let Some(r) = RECENT.get_ptr_mut(pair as u32) else {
-        return false;
-    };
     let Some(p) = PENDING.get_ptr_mut(slot_index(pair, key)) else {
         return false;
     };
     // SAFETY: `p` is this CPU's PENDING element (a non-null lookup of a per-CPU array), valid while
     // the program runs; three u64 fields are read.
     let (k, written_ns, at) = unsafe { ((*p).key, (*p).written_ns, (*p).at) };
-    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
-    if k == key.value
-        && (key.life || unsafe { bpf_ktime_get_ns() }.wrapping_sub(written_ns) < MAX_WAIT_NS)
-    {
+    if !key.life {
+        // No ring: its slot alone, with the age check (module doc).
+        // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
+        if k == key.value && unsafe { bpf_ktime_get_ns() }.wrapping_sub(written_ns) < MAX_WAIT_NS {
+            // SAFETY: the same valid per-CPU element; one u64 field is stored.
+            unsafe { write_volatile(addr_of_mut!((*p).key), 0) };
+            return false;
+        }
+        return true;
+    }
+    let Some(r) = RECENT.get_ptr_mut(pair as u32) else {
+        return false;
+    };
+    if k == key.value {
         // SAFETY: `p` and `r` are this CPU's PENDING and RECENT elements (as above), valid
-        // while the program runs; u64 fields are stored, the ring index masked into the array.
+        // while the program runs; u64 fields are read and stored, the ring index masked into
+        // the array.
         unsafe {
             write_volatile(addr_of_mut!((*p).key), 0);
             let ring = addr_of_mut!((*r).keys[(at % RING) as usize]);
@@ -186,9 +217,11 @@ pub fn skipped(pair: Pair, key: Key) -> bool {
         return false;
     }
     // Not in its slot: taken unless another key overwrote the slot while this event waited
-    // between its two programs; then the key is still in the ring. No loop (module doc).
-    // SAFETY: `r` is this CPU's RECENT element (as above); one u64 field is read and stored.
-    unsafe { !take_recent(addr_of_mut!((*r).keys[0]), key.value) }
+    // between its two programs; then the key is still in the ring (0 is an empty entry, never
+    // a key searched for). No loop (module doc).
+    // SAFETY: `r` is this CPU's RECENT element (as above); up to RING u64 fields are read, one
+    // stored.
+    key.value == 0 || unsafe { !take_recent(addr_of_mut!((*r).keys[0]), key.value) }
 }
 
 // take_recent compares RING keys, written out.
