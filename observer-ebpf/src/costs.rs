@@ -280,6 +280,44 @@ pub fn c11c_submitter(_c: BtfTracePointContext) -> i32 {
     0
 }
 
+/// The whole of a completion in a design without per-request state (Rezolus's since its PR
+/// #1148): one clock, the request's own timestamps (`start_time_ns`, and `io_start_time_ns`, the
+/// u64 after it in `struct request` on every kernel of the matrix: include/linux/blk-mq.h), its
+/// flags, size and disk by direct loads, the per-CPU (dev, class) lookup, two counters and the
+/// three stage histograms (Q2D, D2C, Q2C). Attached to `block_rq_issue` like every block, where
+/// `io_start_time_ns` is not yet this request's: the values differ, the work does not.
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn c11d_stateless(c: BtfTracePointContext) -> i32 {
+    // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
+    let now = unsafe { bpf_ktime_get_ns() };
+    let r = rq(&c);
+    let start_off = field(&LAYOUT.rq_start_time_ns);
+    let start: u64 = direct(r, start_off);
+    let io_start: u64 = direct(r, start_off + 8);
+    let flags: u32 = direct(r, field(&LAYOUT.rq_cmd_flags));
+    let bytes: u32 = direct(r, field(&LAYOUT.rq_data_len));
+    let q: u64 = direct(r, field(&LAYOUT.rq_q));
+    let d: u64 = direct(q, field(&LAYOUT.q_disk));
+    let dev = mkdev(
+        direct(d, field(&LAYOUT.disk_major)),
+        direct(d, field(&LAYOUT.disk_first_minor)),
+    );
+    let class = (flags & field(&LAYOUT.op_mask)) as u16;
+    if let Some(s) = stats(dev, class) {
+        // SAFETY: `s` is this CPU's value of the C_STATS entry (`stats`: a non-null lookup of a
+        // per-CPU hash, so no other CPU writes it), valid while the program runs; the stages are
+        // StageHists inside it. Atomic adds, as the observer's (store.rs `add`).
+        unsafe {
+            add(addr_of_mut!((*s).requests), 1);
+            add(addr_of_mut!((*s).bytes), bytes as u64);
+            observe(addr_of_mut!((*s).stages[0]), io_start.wrapping_sub(start));
+            observe(addr_of_mut!((*s).stages[1]), now.wrapping_sub(io_start));
+            observe(addr_of_mut!((*s).stages[2]), now.wrapping_sub(start));
+        }
+    }
+    0
+}
+
 /// A second empty program, attached last: the baseline is the cheaper of the two (the first
 /// program in the chain also pays for warming the trampoline's cache lines).
 #[btf_tracepoint(function = "block_rq_issue")]

@@ -17,7 +17,7 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fl
 static COSTS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/costs.bpf.o"));
 
 /// Programs of costs.rs, in attach (= run) order: the hash insert runs before its lookup and delete.
-const COST_PROGRAMS: [&str; 15] = [
+const COST_PROGRAMS: [&str; 16] = [
     "c00_empty",
     "c01_ktime",
     "c02_layout_copy",
@@ -32,6 +32,7 @@ const COST_PROGRAMS: [&str; 15] = [
     "c11_counter",
     "c11b_slot_lookup",
     "c11c_submitter",
+    "c11d_stateless",
     "c12_empty_last",
 ];
 

@@ -113,7 +113,12 @@ pub fn end_to_end_with(
     // Give the reaper its chance to retire anything it (wrongly) thinks is lost: two passes
     // 1 s apart, more than 1 s after dispatch.
     std::thread::sleep(Duration::from_millis(3500));
-    let in_pid1 = Pid1Completions::of(&pid1.stop(), kdev) as f64;
+    let pid1_events: Vec<_> = pid1
+        .stop_events()
+        .into_iter()
+        .filter(|e| e.kdev == kdev)
+        .collect();
+    let in_pid1 = pid1_events.len() as f64;
     let d1 = diskstats(n);
     let after = daemon.scrape();
 
@@ -175,10 +180,30 @@ pub fn end_to_end_with(
         delta(|s| s.write_sectors) * 512.0,
         delta(|s| s.discard_sectors) * 512.0,
     );
-    eprintln!("{tag} bytes read/written/discarded: observer {ours_bytes:?}, diskstats sectors × 512 {kernel_bytes:?}");
-    assert_eq!(
-        ours_bytes, kernel_bytes,
-        "{tag} bytes read, written, discarded vs /proc/diskstats sectors × 512 ({lost} lost)"
+    // A completion our programs never saw (host only: PID 1's context) is counted, once retired
+    // as lost, with the size its request had when last seen, which can be short of what it
+    // completed (a merge after that): by at most the bytes ftrace saw it complete.
+    let pid1_bytes = |letter: char| -> f64 {
+        pid1_events
+            .iter()
+            .filter(|e| rwbs_op(e.rwbs()) == Some(letter))
+            .filter_map(|e| e.range())
+            .map(|(_, sectors)| sectors as f64 * 512.0)
+            .sum()
+    };
+    let allowed_bytes = (pid1_bytes('R'), pid1_bytes('W'), pid1_bytes('D'));
+    eprintln!(
+        "{tag} bytes read/written/discarded: observer {ours_bytes:?}, diskstats sectors × 512 \
+         {kernel_bytes:?}, completed in PID 1's context {allowed_bytes:?}"
+    );
+    let within = |ours: f64, kernel: f64, allowed: f64| (ours - kernel).abs() <= allowed;
+    assert!(
+        within(ours_bytes.0, kernel_bytes.0, allowed_bytes.0)
+            && within(ours_bytes.1, kernel_bytes.1, allowed_bytes.1)
+            && within(ours_bytes.2, kernel_bytes.2, allowed_bytes.2),
+        "{tag} bytes read, written, discarded {ours_bytes:?} vs /proc/diskstats sectors × 512 \
+         {kernel_bytes:?}: not equal, nor within the bytes of the completions in PID 1's \
+         context {allowed_bytes:?} ({lost} lost)"
     );
     assert!(
         r > 100.0 && w > 100.0 && f >= FSYNCS as f64 / 2.0,
@@ -378,4 +403,11 @@ pub fn e2e_setup(
         "{named} scheduler"
     );
     (daemon, dev)
+}
+
+/// The data direction of a `block_rq_complete` event's rwbs (blk_fill_rwbs: 'F' first for a
+/// PREFLUSH, then 'D' discard, 'W' write, 'R' read, 'N' none): `'D'`, `'W'` or `'R'`, or `None`
+/// for a flush without data.
+fn rwbs_op(rwbs: &str) -> Option<char> {
+    rwbs.chars().find(|c| matches!(c, 'D' | 'W' | 'R'))
 }
