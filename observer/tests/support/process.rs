@@ -336,11 +336,10 @@ pub fn bpf_map_of(pid: u32, name: &str) -> Option<(u64, u64)> {
         }) else {
             continue;
         };
-        let out = Command::new("bpftool")
-            .args(["-j", "map", "show", "id", &id.to_string()])
-            .output()
-            .expect("run bpftool");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        // A map closed meanwhile is not found: skipped.
+        let Some(v) = bpftool_json(&["map", "show", "id", &id.to_string()]) else {
+            continue;
+        };
         if v["name"] == name {
             return Some((id, v["max_entries"].as_u64()?));
         }
@@ -350,32 +349,33 @@ pub fn bpf_map_of(pid: u32, name: &str) -> Option<(u64, u64)> {
 
 /// Keys in BPF map `id` now, counted by the kernel's own dump (`bpftool map dump id`).
 pub fn bpf_map_keys(id: u64) -> u64 {
+    let args = ["map", "dump", "id", &id.to_string()];
+    let v = bpftool_json(&args).unwrap_or_else(|| panic!("bpftool {args:?} failed"));
+    v.as_array().expect("a dump is an array").len() as u64
+}
+
+/// `bpftool -j ARGS`'s JSON, or `None` (its error printed) if it failed.
+fn bpftool_json(args: &[&str]) -> Option<serde_json::Value> {
     let out = Command::new("bpftool")
-        .args(["-j", "map", "dump", "id", &id.to_string()])
+        .arg("-j")
+        .args(args)
         .output()
         .expect("run bpftool");
-    assert!(
-        out.status.success(),
-        "bpftool map dump id {id} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
-    v.as_array().expect("a dump is an array").len() as u64
+    if !out.status.success() {
+        eprintln!(
+            "bpftool {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    Some(serde_json::from_slice(&out.stdout).expect("bpftool JSON"))
 }
 
 /// Ids of all BPF programs and links in the kernel now, according to `bpftool`.
 pub fn bpftool_ids() -> (BTreeSet<u64>, BTreeSet<u64>) {
     let ids = |what: &str| -> BTreeSet<u64> {
-        let out = Command::new("bpftool")
-            .args(["-j", what, "show"])
-            .output()
-            .expect("run bpftool");
-        assert!(
-            out.status.success(),
-            "bpftool {what} show failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
+        let v =
+            bpftool_json(&[what, "show"]).unwrap_or_else(|| panic!("bpftool {what} show failed"));
         v.as_array()
             .unwrap()
             .iter()
