@@ -18,7 +18,7 @@ use crate::{
     },
     config::{DeviceFilter, LiveWebConfig},
     disks::DiskView,
-    exposition::{selfmon::HttpRejections, BucketMap, ProcessMetrics},
+    exposition::{selfmon::HttpRejections, BucketMap, ProcessMetrics, ScrapeBuffer},
     fslog::FsLogState,
 };
 
@@ -68,6 +68,8 @@ pub struct AppState {
     pub disks: DiskView,
     /// The standard `process_*` metrics of the daemon itself.
     pub process: ProcessMetrics,
+    /// The buffer of the last `/metrics` body, for the next one to be written into.
+    pub scrape_buffer: Arc<ScrapeBuffer>,
     /// The attached programs (their run counters are read at each scrape). Taken and dropped at
     /// shutdown, which detaches them.
     pub programs: Mutex<Option<Probes>>,

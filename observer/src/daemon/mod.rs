@@ -106,6 +106,7 @@ where
         web: Arc::new(LiveWebConfig::new(web)),
         disks,
         process: ProcessMetrics::new(),
+        scrape_buffer: Arc::default(),
         // Last: the fields above read from `probes` first.
         programs: Mutex::new(Some(probes)),
     });

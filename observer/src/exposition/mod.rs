@@ -42,6 +42,7 @@
 
 pub mod bpfcost;
 mod buckets;
+mod buffer;
 mod desc;
 mod disk;
 pub mod dispatch;
@@ -57,6 +58,7 @@ pub mod text;
 mod writer;
 
 pub use buckets::BucketMap;
+pub use buffer::ScrapeBuffer;
 pub use desc::{encode, MetricDesc};
 pub use process::ProcessMetrics;
 pub use proto::ProtoWriter;

@@ -290,8 +290,14 @@ impl ProtoWriter {
     /// An empty exposition; `classic`: histograms with native buckets keep their classic
     /// buckets too (histograms without native buckets always have their classic ones).
     pub fn new(classic: bool) -> ProtoWriter {
+        ProtoWriter::with_buffer(classic, Vec::new())
+    }
+
+    /// The same, written into `buf` (cleared, its capacity kept: [`super::ScrapeBuffer`]).
+    pub fn with_buffer(classic: bool, mut buf: Vec<u8>) -> ProtoWriter {
+        buf.clear();
         ProtoWriter {
-            out: Vec::new(),
+            out: buf,
             family: None,
             classic,
         }

@@ -149,7 +149,15 @@ impl TextWriter {
 
     /// An empty exposition in `format`.
     pub fn with_format(format: Format) -> TextWriter {
+        TextWriter::with_buffer(format, String::new())
+    }
+
+    /// An empty exposition in `format`, written into `buf` (cleared, its capacity kept:
+    /// [`super::ScrapeBuffer`]).
+    pub fn with_buffer(format: Format, mut buf: String) -> TextWriter {
+        buf.clear();
         TextWriter {
+            out: buf,
             format,
             ..TextWriter::default()
         }

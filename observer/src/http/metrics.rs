@@ -13,10 +13,12 @@ use axum::{
     response::IntoResponse,
 };
 
+use bytes::Bytes;
+
 use super::params::NoParams;
 use crate::{
     collect::snapshot::Snapshot,
-    exposition::{self, proto, text, MetricWriter, ProtoWriter, TextWriter},
+    exposition::{self, proto, text, MetricWriter, ProtoWriter, ScrapeBuffer, TextWriter},
     state::AppState,
 };
 
@@ -93,8 +95,27 @@ pub fn negotiate<'a>(accept: impl IntoIterator<Item = &'a str>) -> Format {
     best.map_or(Format::Text, |(_, f)| f)
 }
 
+/// A sent `/metrics` body's buffer: given back to the [`ScrapeBuffer`] when the body is dropped.
+struct SentBody {
+    buf: Vec<u8>,
+    back: Arc<ScrapeBuffer>,
+}
+
+impl AsRef<[u8]> for SentBody {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for SentBody {
+    fn drop(&mut self) {
+        self.back.put(std::mem::take(&mut self.buf));
+    }
+}
+
 /// The handler: reads the maps off the async workers (map reads are syscalls) and writes every
-/// family in the negotiated [`Format`]; 500 if that task fails.
+/// family in the negotiated [`Format`], into the last scrape's buffer ([`ScrapeBuffer`]); 500
+/// if that task fails.
 pub async fn get_metrics(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -106,7 +127,9 @@ pub async fn get_metrics(
             .iter()
             .filter_map(|v| v.to_str().ok()),
     );
+    let back = st.scrape_buffer.clone();
     let body = tokio::task::spawn_blocking(move || {
+        let buf = st.scrape_buffer.take();
         let rt = st.runtime.read().expect("runtime lock").clone();
         let snap = Snapshot::read(&st.maps, &st.reaped, &rt.filter, &st.disks);
         let write = |w: &mut dyn MetricWriter| {
@@ -130,16 +153,17 @@ pub async fn get_metrics(
         };
         match format {
             Format::Text | Format::OpenMetrics => {
-                let mut w = TextWriter::with_format(if format == Format::Text {
+                let text_format = if format == Format::Text {
                     text::Format::Text
                 } else {
                     text::Format::OpenMetrics
-                });
+                };
+                let mut w = TextWriter::with_buffer(text_format, buf);
                 write(&mut w);
                 w.finish().into_bytes()
             }
             Format::Protobuf => {
-                let mut w = ProtoWriter::new(rt.classic_in_protobuf);
+                let mut w = ProtoWriter::with_buffer(rt.classic_in_protobuf, buf.into_bytes());
                 write(&mut w);
                 w.finish()
             }
@@ -147,7 +171,11 @@ pub async fn get_metrics(
     })
     .await;
     match body {
-        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+        Ok(buf) => (
+            [(header::CONTENT_TYPE, format.content_type())],
+            Bytes::from_owner(SentBody { buf, back }),
+        )
+            .into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("scrape failed: {e}\n"),

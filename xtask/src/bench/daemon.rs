@@ -191,11 +191,18 @@ fn scrape_daemon(
     let mut load = Proc::spawn("fio (scrape load)", &mut cmd, libc::SIGINT)?;
     sleep(Duration::from_secs(1))?;
     let end = Instant::now() + Duration::from_secs(secs as u64);
+    let pid = running.pid().context("observer pid")?;
     let mut last = String::new();
+    let mut idle = (Instant::now(), thread_cpu_ns(pid)?);
     while Instant::now() < end {
-        let t0 = Instant::now();
+        let (t0, cpu0) = (Instant::now(), thread_cpu_ns(pid)?);
+        res.between_ms += (t0 - idle.0).as_secs_f64() * 1e3;
+        res.between_cpu_ms += cpu_ms(&idle.1, &cpu0);
         last = http_get(running.port, "/metrics")?;
-        res.scrape_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        let (t1, cpu1) = (Instant::now(), thread_cpu_ns(pid)?);
+        res.scrape_ms.push((t1 - t0).as_secs_f64() * 1e3);
+        res.scrape_window_cpu_ms.push(cpu_ms(&cpu0, &cpu1));
+        idle = (t1, cpu1);
         sleep(Duration::from_millis(250))?;
     }
     load.ensure_running()?;
@@ -218,4 +225,33 @@ fn scrape_daemon(
         .filter(|n| last.contains(&format!("device=\"{n}\"")))
         .count();
     Ok(())
+}
+
+/// CPU time (ns) each thread of `pid` has run so far (`/proc/PID/task/TID/schedstat`, first
+/// field: nanoseconds, where `/proc/PID/stat` counts clock ticks of 10 ms), by thread id.
+fn thread_cpu_ns(pid: u32) -> Result<BTreeMap<u32, u64>> {
+    let mut cpu = BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let task = task?;
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        // A thread that ended since the directory was read has no file any more.
+        let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        let ns = stat.split_whitespace().next().context("schedstat")?;
+        cpu.insert(tid, ns.parse()?);
+    }
+    Ok(cpu)
+}
+
+/// CPU time (ms) of the threads between two [`thread_cpu_ns`] reads (a thread that ended in
+/// between is left out; a new one counts from 0).
+fn cpu_ms(before: &BTreeMap<u32, u64>, after: &BTreeMap<u32, u64>) -> f64 {
+    after
+        .iter()
+        .map(|(tid, ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+        .sum::<u64>() as f64
+        / 1e6
 }

@@ -41,12 +41,35 @@ pub struct DaemonResults {
     pub disk_completions: u64,
     /// Scrape durations (ms) with N devices busy; series in the last body; devices exported.
     pub scrape_ms: Vec<f64>,
+    /// The daemon's CPU time (ms, all its threads) during each timed scrape, and its CPU time
+    /// (ms) and the wall time (ms) between the scrapes: [`DaemonResults::scrape_cpu_ms`].
+    pub scrape_window_cpu_ms: Vec<f64>,
+    pub between_cpu_ms: f64,
+    pub between_ms: f64,
     pub scrape_series: usize,
     pub scrape_devices: usize,
     pub scrape_events: ObsCounters,
     /// Requests it recorded vs completed on the busy devices of the scrape phase.
     pub scrape_recorded: f64,
     pub scrape_completions: u64,
+}
+
+impl DaemonResults {
+    /// The daemon's own CPU time per scrape (ms): its CPU time during each timed scrape less
+    /// what it spends in as long between scrapes (the ring buffer, the ticks, the 5 s
+    /// scraper), so what a scrape itself costs, whoever waits for the CPU.
+    pub fn scrape_cpu_ms(&self) -> Vec<f64> {
+        let rate = if self.between_ms > 0.0 {
+            self.between_cpu_ms / self.between_ms
+        } else {
+            0.0
+        };
+        self.scrape_window_cpu_ms
+            .iter()
+            .zip(&self.scrape_ms)
+            .map(|(cpu, wall)| cpu - rate * wall)
+            .collect()
+    }
 }
 
 pub fn median(v: &[f64]) -> f64 {

@@ -100,6 +100,23 @@ pub fn observer_table(o: &mut String, env: &Env, res: &Results) {
         },
     );
     row(
+        "daemon CPU per timed scrape (its threads during the scrape, less their rate between scrapes): median / max",
+        &|_, d| {
+            let cpu = d.scrape_cpu_ms();
+            let (_, mx) = minmax(&cpu);
+            format!(
+                "{:.2} ms / {:.2} ms ({:.2} ms per s between scrapes)",
+                median(&cpu),
+                mx,
+                if d.between_ms > 0.0 {
+                    d.between_cpu_ms / d.between_ms * 1e3
+                } else {
+                    f64::NAN
+                }
+            )
+        },
+    );
+    row(
         "untracked completions (IOPS runs / scrape phase)",
         &|_, d| format!("{} / {}", d.events.untracked, d.scrape_events.untracked),
     );
