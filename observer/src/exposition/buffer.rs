@@ -6,8 +6,8 @@
 //! mapped and unmapped by the allocator: `daemon::tune_allocator`) and unmapped it once sent: a
 //! third of a scrape's CPU time (BENCHMARKS.md, issue 27 round two). The buffer comes back here
 //! once the body is sent; the next scrape clears it and writes into pages already mapped. It
-//! costs one body's size of resident memory between scrapes (not more at the peak: every scrape
-//! reached it anyway).
+//! costs one body's size of resident memory between scrapes (every scrape held that much
+//! anyway).
 
 use std::sync::Mutex;
 
