@@ -25,7 +25,6 @@ empty!(
     f_rq_requeue = "block_rq_requeue",
     f_rq_merge = "block_rq_merge",
     f_rq_complete = "block_rq_complete",
-    f_rq_compl_rmp = "block_rq_complete",
     f_rq_compl_nst = "block_rq_complete",
     f_bio_remap = "block_bio_remap",
     f_bio_split = "block_split",

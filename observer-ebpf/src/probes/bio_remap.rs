@@ -14,8 +14,10 @@
 //! whose parent is tracked but which covers what the parent still covers is a clone sent in
 //! its place, not a piece (inflight.rs, `covers`: md raid5's aligned reads), and is left alone:
 //!
-//! `block_rq_complete(struct request *rq, blk_status_t error, unsigned int nr_bytes)` (a second
-//! program on it, `rq_complete_remapped`): while any remapped entry is live, the bios the
+//! `block_rq_complete(struct request *rq, blk_status_t error, unsigned int nr_bytes)`
+//! (`rq_complete_remapped`, not attached: `rq_complete_nested` tail-calls it through
+//! [`RQ_COMPLETE_TAIL`] while any remapped entry is live, [`walk_remapped`], so a machine
+//! without such bios pays no attachment for it): the bios the
 //! completion covers (`rq->bio` → `bi_next`, in order, each `bi_size` bytes) are looked up and
 //! their entries ended as I/Os of the upper disk (total stage only, like every bio-based I/O).
 //! Inside a flush sequence (block/blk-flush.c) the data request's bios end at its last
@@ -23,7 +25,7 @@
 use aya_ebpf::{
     bindings::BPF_ANY,
     macros::map,
-    maps::{Array, PerCpuArray},
+    maps::{Array, PerCpuArray, ProgramArray},
     EbpfContext,
 };
 use observer_common::{
@@ -50,6 +52,28 @@ use crate::{
 /// returns at once. It only gates work, never decides an outcome.
 #[map]
 static REMAPPED_LIVE: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Element 0: `rq_complete_remapped` (in the variant of `rq_complete_nested`'s argument layout
+/// and attach mode), set by the daemon after loading, before anything is attached
+/// (observer/src/bpf/loader.rs). A tail call replaces the calling program: the kernel counts
+/// its time in the caller's bpf_stats, and it runs no recursion check of its own.
+#[map]
+static RQ_COMPLETE_TAIL: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// The last thing `rq_complete_nested` does: while a remapped entry is live, continues as
+/// `rq_complete_remapped` on the same completion (same context). Returns only when there is
+/// none, or the tail call failed (an empty slot: nothing to end then either).
+#[inline(always)]
+pub fn walk_remapped(c: &impl EbpfContext) {
+    match REMAPPED_LIVE.get(0) {
+        Some(n) if *n != 0 => {}
+        _ => return,
+    }
+    // SAFETY: `c` is this program's own context, handed on unchanged to a program of the same
+    // tracepoint and argument layout (the kernel checks the type and attach point of every
+    // program put in the array: kernel/bpf/core.c `bpf_prog_map_compatible`).
+    unsafe { RQ_COMPLETE_TAIL.tail_call(c, 0) };
+}
 
 /// Bios walked per completion, at most.
 const MAX_WALK: usize = 128;

@@ -19,6 +19,7 @@ use observer_ebpf::{
     store::{add, observe_stages, put},
 };
 
+use super::bio_remap::walk_remapped;
 use crate::{
     bio_end::bio_counted,
     chain::{entered_at, saw_traced_end, unlink},
@@ -41,7 +42,8 @@ fn on_complete(c: &impl EbpfContext, i: usize) {
 }
 
 /// `block_rq_complete` again, attached after [`on_complete`]'s program: a completion the kernel
-/// skipped that program for (it was running on this CPU: nested.rs) is handled here.
+/// skipped that program for (it was running on this CPU: nested.rs) is handled here. Then,
+/// while remapped bios are live, it continues as `rq_complete_remapped` (bio_remap.rs).
 #[inline(always)]
 fn on_complete_nested(c: &impl EbpfContext, i: usize) {
     if nested::skipped(Pair::RqComplete, nested::rq_key(arg(c, i), &layout())) {
@@ -49,6 +51,7 @@ fn on_complete_nested(c: &impl EbpfContext, i: usize) {
         // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
         complete_args(c, i, unsafe { bpf_ktime_get_ns() });
     }
+    walk_remapped(c);
 }
 
 #[inline(always)]

@@ -4,6 +4,7 @@
 use std::cell::OnceCell;
 
 use aya::{
+    maps::ProgramArray,
     programs::{BtfTracePoint, RawTracePoint},
     Btf, Ebpf, EbpfLoader,
 };
@@ -17,7 +18,7 @@ use super::{
     btf::{attach_id_index, ArgLayout, KernelBtf, LayoutError, VMLINUX_BTF},
     maps::KernelMaps,
     reqstate::RequestProbe,
-    tracepoints::{attach_order, Tracepoint},
+    tracepoints::{attach_order, Tracepoint, TAIL_CALLS},
 };
 use crate::{disks::DiskView, time::monotonic_ns};
 
@@ -131,6 +132,14 @@ pub(super) enum Mode {
 }
 
 impl Mode {
+    /// The object's name of program `name` in this mode (`_raw` appended for raw_tp).
+    pub(super) fn program(self, name: &str) -> String {
+        match self {
+            Mode::Btf => name.to_string(),
+            Mode::Raw => format!("{name}_raw"),
+        }
+    }
+
     /// The name in logs and `blkobs_build_info{attach}`.
     pub(super) fn name(self) -> &'static str {
         match self {
@@ -191,14 +200,53 @@ fn load_and_attach<'a, T>(
         .map_max_entries(m::CGROUP_LATENCY, capacity.2)
         .load(OBJECT)
         .map_err(|e| load_err("loading the object")(e.into()))?;
-    for (name, tp) in plan {
+    let tails = tail_steps(plan);
+    for (name, tp) in plan.iter().chain(tails.iter().map(|(step, _)| step)) {
         program_step(&mut ebpf, mode, btf, name, tp, Phase::Load)?;
+    }
+    for (step, map) in &tails {
+        set_tail(&mut ebpf, mode, step, map)?;
     }
     let prepared = prepare(&mut ebpf)?;
     for (name, tp) in plan {
         program_step(&mut ebpf, mode, btf, name, tp, Phase::Attach)?;
     }
     Ok((ebpf, prepared))
+}
+
+/// The programs of [`TAIL_CALLS`] whose caller is in `plan`, each in its caller's argument-layout
+/// variant (`rq_complete_nested_q` → `rq_complete_remapped_q`), with the map that holds it.
+fn tail_steps(plan: &[Step]) -> Vec<(Step, &'static str)> {
+    TAIL_CALLS
+        .iter()
+        .filter_map(|t| {
+            plan.iter().find_map(|(name, tp)| {
+                let variant = name.strip_prefix(t.caller)?;
+                (*tp == t.tracepoint && (variant.is_empty() || variant == "_q"))
+                    .then(|| ((format!("{}{variant}", t.program), t.tracepoint), t.map))
+            })
+        })
+        .collect()
+}
+
+/// Puts the loaded program of `step` into element 0 of the program array `map`, where its
+/// caller's `bpf_tail_call` finds it. The array is the object's own (kept open with it: the
+/// kernel empties a program array when its last user reference closes, kernel/bpf/arraymap.c
+/// `prog_array_map_clear`).
+fn set_tail(ebpf: &mut Ebpf, mode: Mode, (name, tp): &Step, map: &str) -> Result<(), ProbeError> {
+    let program = mode.program(name);
+    let step = |what: &str| load_err(format!("{what} {program} on {tp} ({mode:?}) as {map}[0]"));
+    let fd = ebpf
+        .program(&program)
+        .ok_or_else(|| step("finding")(anyhow::anyhow!("missing from object")))?
+        .fd()
+        .and_then(|fd| fd.try_clone().map_err(Into::into))
+        .map_err(|e| step("finding")(e.into()))?;
+    let map_data = ebpf
+        .map_mut(map)
+        .ok_or_else(|| step("finding")(anyhow::anyhow!("map missing from object")))?;
+    let mut array = ProgramArray::try_from(map_data).map_err(|e| step("opening")(e.into()))?;
+    array.set(0, &fd, 0).map_err(|e| step("setting")(e.into()))
 }
 
 /// What [`program_step`] does to a program.
@@ -220,10 +268,7 @@ pub(super) fn program_step(
     what: Phase,
 ) -> Result<(), ProbeError> {
     let step = |what: &str| load_err(format!("{what} {name} on {tp} ({mode:?})"));
-    let program = match mode {
-        Mode::Btf => name.to_string(),
-        Mode::Raw => format!("{name}_raw"),
-    };
+    let program = mode.program(name);
     let prog = ebpf
         .program_mut(&program)
         .ok_or_else(|| step("finding")(anyhow::anyhow!("missing from object")))?;

@@ -26,7 +26,7 @@ const fn tp(name: &'static str, program: &'static str, floor_program: &'static s
 /// start, so every request that gets an entry is sure to be seen at dispatch and completion.
 /// The entry point ([`ENTER`] or [`ENTER_FALLBACK`]) is attached last, right after
 /// `block_bio_queue` (a bio's entry, btt Q: where the queue stage starts).
-pub const LIFECYCLE: [Tracepoint; 13] = [
+pub const LIFECYCLE: [Tracepoint; 12] = [
     tp("block_bio_complete", "bio_complete", "f_bio_complete"),
     // Each completion tracepoint again, right after its program: the ends the kernel skipped
     // that program for, as it was running on that CPU (observer-ebpf nested.rs).
@@ -37,12 +37,6 @@ pub const LIFECYCLE: [Tracepoint; 13] = [
     ),
     tp("block_rq_complete", "rq_complete", "f_rq_complete"),
     tp("block_rq_complete", "rq_complete_nested", "f_rq_compl_nst"),
-    // The same tracepoint again: ends remapped bios of bio-based disks (probes/bio_remap.rs).
-    tp(
-        "block_rq_complete",
-        "rq_complete_remapped",
-        "f_rq_compl_rmp",
-    ),
     tp("block_rq_requeue", "rq_requeue", "f_rq_requeue"),
     tp("block_rq_merge", "rq_merge", "f_rq_merge"),
     tp("block_bio_backmerge", "bio_backmerge", "f_bio_back"),
@@ -52,6 +46,32 @@ pub const LIFECYCLE: [Tracepoint; 13] = [
     tp("block_split", "bio_split", "f_bio_split"),
     tp("block_bio_queue", "bio_queue", "f_bio_queue"),
 ];
+
+/// A program the kernel runs by tail call from an attached one, instead of from an attachment
+/// of its own: every attachment costs a trampoline call on each event of its tracepoint (51 ns
+/// per request for an empty program on `block_rq_complete` on the project's machine:
+/// BENCHMARKS.md), and this kind of program has work only now and then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailCall {
+    /// The tracepoint of both programs (their argument layout is the same).
+    pub tracepoint: &'static str,
+    /// Base name of the program that tail-calls (one of [`LIFECYCLE`]'s).
+    pub caller: &'static str,
+    /// Base name of the program it continues as (variants named as [`Tracepoint::program`]'s).
+    pub program: &'static str,
+    /// The `BPF_MAP_TYPE_PROG_ARRAY` whose element 0 the daemon sets to [`Self::program`]
+    /// before anything is attached.
+    pub map: &'static str,
+}
+
+/// The tail calls: `rq_complete_nested` ends remapped bios of bio-based disks as
+/// `rq_complete_remapped` while any is live (observer-ebpf probes/bio_remap.rs).
+pub const TAIL_CALLS: [TailCall; 1] = [TailCall {
+    tracepoint: "block_rq_complete",
+    caller: "rq_complete_nested",
+    program: "rq_complete_remapped",
+    map: "RQ_COMPLETE_TAIL",
+}];
 
 /// Where a request enters the block layer: `block_io_start` (block/blk-core.c,
 /// `blk_account_io_start`; Linux ≥ 6.5), where PREFLUSH/FUA are still set.

@@ -189,7 +189,8 @@ pub fn end_to_end_with(
             .filter(|e| rwbs_op(e.rwbs()) == Some(letter))
             .filter_map(|e| e.range())
             .map(|(_, sectors)| sectors as f64 * 512.0)
-            .sum()
+            .sum::<f64>()
+            + 0.0 // an empty sum is -0.0
     };
     let allowed_bytes = (pid1_bytes('R'), pid1_bytes('W'), pid1_bytes('D'));
     eprintln!(
