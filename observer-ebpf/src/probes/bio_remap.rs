@@ -48,8 +48,12 @@ use crate::{
     maps::{count, INFLIGHT},
 };
 
-/// Live `remapped` entries (one u64, changed atomically): while 0, `rq_complete_remapped`
-/// returns at once. It only gates work, never decides an outcome.
+/// Live `remapped` entries (one u64, changed atomically): while 0, `rq_complete_nested` does not
+/// tail-call `rq_complete_remapped`. It only gates work, never decides an outcome. Only an
+/// entry ended here is taken off it: one counted lost (its address reused, a ninth remapped bio
+/// of one request, a walk the kernel skipped) stays in it, so after such a loss every
+/// completion pays the walk until the daemon restarts (as when the walk had a program of its
+/// own, attached to every completion).
 #[map]
 static REMAPPED_LIVE: Array<u64> = Array::with_max_entries(1, 0);
 
@@ -69,9 +73,12 @@ pub fn walk_remapped(c: &impl EbpfContext) {
         Some(n) if *n != 0 => {}
         _ => return,
     }
-    // SAFETY: `c` is this program's own context, handed on unchanged to a program of the same
-    // tracepoint and argument layout (the kernel checks the type and attach point of every
-    // program put in the array: kernel/bpf/core.c `bpf_prog_map_compatible`).
+    // SAFETY: `c` is this program's own context, handed on unchanged to the program the daemon
+    // put in the array: the same tracepoint, argument layout and attach mode as this one (the
+    // loader picks its variant by this program's name: observer/src/bpf/loader.rs
+    // `tail_steps`). The kernel checks only part of that (kernel/bpf/core.c
+    // `bpf_prog_map_compatible`: the type on 5.10, the attach prototype of tracing programs
+    // later; not a raw_tp program's tracepoint).
     unsafe { RQ_COMPLETE_TAIL.tail_call(c, 0) };
 }
 

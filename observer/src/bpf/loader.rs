@@ -472,6 +472,43 @@ pub fn attach(
 mod tests {
     use std::collections::BTreeMap;
 
+    /// The tail call's target takes its caller's argument-layout variant, and `Mode::program`
+    /// adds `_raw` to both alike; a plan without the caller gets no tail.
+    #[test]
+    fn tail_steps_follow_the_callers_variant() {
+        let steps = |names: &[&str]| -> Vec<super::Step> {
+            names
+                .iter()
+                .map(|n| (n.to_string(), "block_rq_complete"))
+                .collect()
+        };
+        let names = |plan: &[super::Step]| -> Vec<String> {
+            super::tail_steps(plan)
+                .into_iter()
+                .map(|((name, _), map)| format!("{name} {map}"))
+                .collect()
+        };
+        assert_eq!(
+            names(&steps(&["rq_complete", "rq_complete_nested"])),
+            ["rq_complete_remapped RQ_COMPLETE_TAIL"]
+        );
+        assert_eq!(
+            names(&steps(&["rq_complete_q", "rq_complete_nested_q"])),
+            ["rq_complete_remapped_q RQ_COMPLETE_TAIL"]
+        );
+        assert!(names(&steps(&["rq_complete"])).is_empty());
+        assert_eq!(
+            super::Mode::Raw.program("rq_complete_remapped_q"),
+            "rq_complete_remapped_q_raw"
+        );
+        assert!(super::super::tracepoints::is_tail_called(
+            "rq_complete_remapped_q_raw"
+        ));
+        assert!(!super::super::tracepoints::is_tail_called(
+            "rq_complete_nested"
+        ));
+    }
+
     use object::{Object, ObjectSection, ObjectSymbol, RelocationTarget};
 
     /// No program calls an out-of-line `memset`/`memcpy`/`memmove`/`memcmp`/`bcmp`: the compiler

@@ -39,6 +39,9 @@ pub struct ProgramRun {
 pub fn program_runs(ebpf: &Ebpf) -> Vec<ProgramRun> {
     let mut runs: Vec<ProgramRun> = ebpf
         .programs()
+        // A tail call's target runs as part of its caller (bpf_stats and recursion checks are
+        // the caller's): it would only read 0.
+        .filter(|(name, _)| !super::tracepoints::is_tail_called(name))
         .filter_map(|(name, p)| {
             let info = p.info().ok()?;
             Some(ProgramRun {

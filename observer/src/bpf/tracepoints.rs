@@ -73,6 +73,16 @@ pub const TAIL_CALLS: [TailCall; 1] = [TailCall {
     map: "RQ_COMPLETE_TAIL",
 }];
 
+/// Whether `program` (an object's name: base, `_q`, `_raw` variants) is one of [`TAIL_CALLS`]'
+/// targets: loaded, never attached, its runs and time counted in its caller's numbers.
+pub fn is_tail_called(program: &str) -> bool {
+    TAIL_CALLS.iter().any(|t| {
+        program
+            .strip_prefix(t.program)
+            .is_some_and(|v| ["", "_q", "_raw", "_q_raw"].contains(&v))
+    })
+}
+
 /// Where a request enters the block layer: `block_io_start` (block/blk-core.c,
 /// `blk_account_io_start`; Linux ≥ 6.5), where PREFLUSH/FUA are still set.
 pub const ENTER: Tracepoint = tp("block_io_start", "io_start", "f_io_start");
