@@ -16,4 +16,4 @@ pub use known::{KnownDisks, UnknownDisk, CAPACITY};
 pub use sysfs::{
     disk_number, parse_dev, BlockDisk, Identity, Inventory, Partition, PROC_DISKSTATS, SYS_BLOCK,
 };
-pub use view::DiskView;
+pub use view::{DiskView, FULL_SCAN_TICKS};
