@@ -84,6 +84,17 @@ fn field(off: &u32) -> u32 {
     unsafe { core::ptr::read_volatile(off) }
 }
 
+/// The disk number of request `r` (rq->q->disk->{major, first_minor}) by four direct loads.
+#[inline(always)]
+fn direct_dev(r: u64) -> u32 {
+    let q: u64 = direct(r, field(&LAYOUT.rq_q));
+    let d: u64 = direct(q, field(&LAYOUT.q_disk));
+    mkdev(
+        direct(d, field(&LAYOUT.disk_major)),
+        direct(d, field(&LAYOUT.disk_first_minor)),
+    )
+}
+
 #[inline(always)]
 fn sink(v: u64) -> i32 {
     // Keep the value alive without a map access: the return value of tp_btf is ignored.
@@ -135,13 +146,7 @@ pub fn c04_pread_5(c: BtfTracePointContext) -> i32 {
 pub fn c05_direct_5(c: BtfTracePointContext) -> i32 {
     let r = rq(&c);
     let f: u32 = direct(r, field(&LAYOUT.rq_cmd_flags));
-    let q: u64 = direct(r, field(&LAYOUT.rq_q));
-    let d: u64 = direct(q, field(&LAYOUT.q_disk));
-    let dev = mkdev(
-        direct(d, field(&LAYOUT.disk_major)),
-        direct(d, field(&LAYOUT.disk_first_minor)),
-    );
-    sink(f as u64 + dev as u64)
+    sink(f as u64 + direct_dev(r) as u64)
 }
 
 #[btf_tracepoint(function = "block_rq_issue")]
@@ -296,12 +301,7 @@ pub fn c11d_stateless(c: BtfTracePointContext) -> i32 {
     let io_start: u64 = direct(r, start_off + 8);
     let flags: u32 = direct(r, field(&LAYOUT.rq_cmd_flags));
     let bytes: u32 = direct(r, field(&LAYOUT.rq_data_len));
-    let q: u64 = direct(r, field(&LAYOUT.rq_q));
-    let d: u64 = direct(q, field(&LAYOUT.q_disk));
-    let dev = mkdev(
-        direct(d, field(&LAYOUT.disk_major)),
-        direct(d, field(&LAYOUT.disk_first_minor)),
-    );
+    let dev = direct_dev(r);
     let class = (flags & field(&LAYOUT.op_mask)) as u16;
     if let Some(s) = stats(dev, class) {
         // SAFETY: `s` is this CPU's value of the C_STATS entry (`stats`: a non-null lookup of a
