@@ -183,8 +183,14 @@ impl DispatchHist {
         } else {
             bios as u32 - 1
         };
-        add(addr_of_mut!((*h).merged_bios), merged as u64);
-        add(addr_of_mut!((*h).missed), missed as u64);
+        // Zeros are not added: each add is an atomic instruction in the programs, and most
+        // requests carry one bio and miss no merge.
+        if merged != 0 {
+            add(addr_of_mut!((*h).merged_bios), merged as u64);
+        }
+        if missed != 0 {
+            add(addr_of_mut!((*h).missed), missed as u64);
+        }
     }
 
     /// Adds another histogram (another CPU's, or another device number with the same name).

@@ -9,11 +9,17 @@ use crate::maps::{emit, DEVSTATE, SETTINGS};
 
 /// The device's shared state at its slot (the request's [`Inflight::dev_slot`]); None if the
 /// disk had no slot, or the slot is no longer this disk's (the daemon gave it to another disk
-/// after this one went away).
+/// after this one went away), as the side `side` reads ([`DevState::dev`] for the dispatch
+/// side, [`DevState::complete_dev`] for the completion side: each side reads only its own
+/// cache line).
 ///
 /// [`Inflight::dev_slot`]: observer_common::maps::Inflight::dev_slot
 #[inline(always)]
-fn devstate(dev: u32, dev_slot: u32) -> Option<&'static mut DevState> {
+fn devstate(
+    dev: u32,
+    dev_slot: u32,
+    side: impl Fn(&DevState) -> u32,
+) -> Option<&'static mut DevState> {
     if dev_slot == NO_SLOT {
         return None;
     }
@@ -23,7 +29,7 @@ fn devstate(dev: u32, dev_slot: u32) -> Option<&'static mut DevState> {
     // once; every field is an integer, so a race mixes values (the latest writer wins, as
     // DevState documents), never makes an invalid one.
     let ds = unsafe { &mut *p };
-    if ds.dev == dev {
+    if side(ds) == dev {
         Some(ds)
     } else {
         None
@@ -62,7 +68,7 @@ pub fn dispatched(
     sector: u64,
     sectors: u32,
 ) -> bool {
-    let Some(ds) = devstate(dev, dev_slot) else {
+    let Some(ds) = devstate(dev, dev_slot, |ds| ds.dev) else {
         return false;
     };
     let missed = crate::missed_merge::dispatched(ds, class, sector, sectors, now);
@@ -83,7 +89,7 @@ pub fn dispatched(
 /// stall: requests at the device and none completed since max(last completion, this dispatch).
 #[inline(always)]
 pub fn completed(dev: u32, dev_slot: u32, class: u16, dispatch_ns: u64, now: u64) {
-    let Some(ds) = devstate(dev, dev_slot) else {
+    let Some(ds) = devstate(dev, dev_slot, |ds| ds.complete_dev) else {
         return;
     };
     maybe_stall(

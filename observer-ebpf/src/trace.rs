@@ -175,8 +175,8 @@ fn on_rq_merge(c: &impl EbpfContext, i: usize) {
 /// completion in an interrupt that lands inside `t_complete` on that CPU, in any part of its
 /// run, is not shown to it, and only counted (`bpf_prog_info` `recursion_misses`). So a second
 /// program, `t_complete_nest`, attached after it, records every completion `t_complete` left
-/// out (the daemon's pair, observer-ebpf/src/nested.rs, with a key made of the request's
-/// numbers instead of its address): `t_complete` puts the completion's key in this CPU's slot
+/// out (as the daemon's pair did until 2026-12-05, before observer-ebpf/src/nested.rs became
+/// a stack, with a key made of the request's numbers instead of its address): `t_complete` puts the completion's key in this CPU's slot
 /// for it ([`ran`]); `t_complete_nest` finds it there (then `t_complete` ran: the slot is
 /// emptied) or not (`t_complete` was skipped: it records the completion) ([`skipped`]).
 /// Between the two programs of one event only interrupts run, and each interrupt's events are

@@ -92,7 +92,13 @@ const _: () = assert!(
 );
 const _: () = assert!(core::mem::size_of::<ErrorKey>() == 4 + 2 + 1 + 1);
 const _: () = assert!(core::mem::size_of::<Settings>() == 6 * crate::Stage::COUNT * 8 + 4 * 8);
-const _: () = assert!(core::mem::size_of::<DevState>() == 4 + 4 + 8 + 8 + 8 + 4 + 2 + 2);
+const _: () =
+    assert!(core::mem::size_of::<DevState>() == 4 + 4 + 8 + 8 + 4 + 2 + 2 + 64 + 4 + 4 + 8 + 80);
+// The two sides of a DevState never share a 64-byte line (its docs).
+const _: () = assert!(
+    core::mem::offset_of!(DevState, complete_dev) - core::mem::offset_of!(DevState, _gap) >= 64
+        && core::mem::size_of::<DevState>() - core::mem::offset_of!(DevState, _tail) >= 64
+);
 const _: () = assert!(core::mem::size_of::<MissedMerge>() == 4 + 2 + 2 + 8 + 8 + 4 + 4 + 8 + 8);
 const _: () = assert!(core::mem::size_of::<OwnerKey>() == 4 + 2 + 2 + 8);
 const _: () = assert!(core::mem::size_of::<OwnerStats>() == 8 + 8);
@@ -212,7 +218,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<OwnerKey>(), 16);
         assert_eq!(core::mem::offset_of!(Inflight, bios), 76);
         assert_eq!(core::mem::size_of::<MissedMerge>(), 48);
-        assert_eq!(core::mem::size_of::<DevState>(), 40);
+        assert_eq!(core::mem::size_of::<DevState>(), 192);
     }
 
     #[test]

@@ -96,7 +96,9 @@ fn complete(rq: u64, error: u64, nr_bytes: u64, now: u64) {
     unsafe {
         add(addr_of_mut!((*s).requests), 1);
         add(addr_of_mut!((*s).bytes), e.bytes);
-        add(addr_of_mut!((*s).requeues), e.requeues as u64);
+        if e.requeues != 0 {
+            add(addr_of_mut!((*s).requeues), e.requeues as u64);
+        }
         count_dispatch(s, &e);
     }
     owner_count(e.dev, e.class, e.owner_cgroup, e.bytes);

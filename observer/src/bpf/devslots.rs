@@ -211,10 +211,7 @@ impl DevSlots {
             let _ = self.log_ranges.set(*slot, LogRanges::default(), 0);
         }
         for &(dev, slot) in &changes.given {
-            let state = DevState {
-                dev,
-                ..DevState::default()
-            };
+            let state = DevState::of(dev);
             let res = self
                 .devstate
                 .set(slot, state, 0)
