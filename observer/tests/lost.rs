@@ -219,11 +219,12 @@ fn completions_skipped_for_recursion_are_taken_by_the_nested_program() {
             "no completion was skipped: the test proved nothing ({report:?})"
         );
     }
-    // Each skip is taken once. An end is also taken, a second time, when interrupts between
-    // its two programs wrote another key into its slot (observer-ebpf nested.rs, 1 in 4,096)
-    // and more than the ring's 8 keys (before the ring: any one such interrupt, seen once on
-    // 6.1 as reads 29,100 vs 29,099 and once as writes 820 vs 819 on the XFS disk of the test
-    // above): its request has no entry any more, so that second run counts an untracked completion
+    // Each skip is taken once. An end is also taken, a second time, when 8 keys are left above
+    // its own in the pair's stack while it waits between its two programs (observer-ebpf
+    // nested.rs; with the slot table before 2026-12-05: when interrupts between its programs
+    // wrote another key into its slot, 1 in 4,096, and more than the ring's 8 keys; before the
+    // ring, any one such interrupt, seen once on 6.1 as reads 29,100 vs 29,099 and once as
+    // writes 820 vs 819 on the XFS disk of the test above): its request has no entry any more, so that second run counts an untracked completion
     // (with block_io_start, 6.5+) or, without it, one read more than diskstats (its request
     // is taken for one first seen at its end): so reads are at least diskstats', and every read
     // more is an end taken twice. One is lost only when the _nested program was skipped too,
@@ -307,13 +308,37 @@ fn nested_ends_of_one_disk_are_all_counted() {
     let dm = dm_kernel_name(&name);
     let daemon = Daemon::start(&[]);
     quiesce(&dm);
-    let bio_misses = |m: &Metrics| {
+    // Recursion misses of the programs whose base name (without `_raw`) is in `names`.
+    let misses_of = |m: &Metrics, names: &[&str]| {
         m.select("blkobs_bpf_program_recursion_misses_total", &[])
-            .filter(|s| {
-                let p = s.labels["program"].trim_end_matches("_raw");
-                p == "bio_complete" || p == "bio_complete_q"
-            })
+            .filter(|s| names.contains(&s.labels["program"].trim_end_matches("_raw")))
             .map(|s| s.value)
+            .sum::<f64>()
+    };
+    let bio_misses = |m: &Metrics| misses_of(m, &["bio_complete", "bio_complete_q"]);
+    // Both pairs: dm's bios and the legs' requests.
+    let firsts = [
+        "bio_complete",
+        "bio_complete_q",
+        "rq_complete",
+        "rq_complete_q",
+    ];
+    let seconds = [
+        "bio_complete_nested",
+        "bio_complete_nested_q",
+        "rq_complete_nested",
+        "rq_complete_nested_q",
+    ];
+    let legs = [task.name.as_str(), timer.name.as_str()];
+    let leg_reads = |m: &Metrics| {
+        legs.iter()
+            .map(|d| m.sum("blkobs_requests_total", &[("device", d), ("op", "read")]))
+            .sum::<f64>()
+    };
+    let all_lost = |m: &Metrics| {
+        [dm.as_str(), legs[0], legs[1]]
+            .iter()
+            .map(|d| m.sum("blkobs_lost_completions_total", &[("device", d)]))
             .sum::<f64>()
     };
     let ours = |m: &Metrics| {
@@ -327,11 +352,13 @@ fn nested_ends_of_one_disk_are_all_counted() {
     };
     let before = daemon.scrape();
     let k0 = diskstats(&dm);
+    let legs0: u64 = legs.iter().map(|d| diskstats(d).reads).sum();
     // One CPU: the timer half's interrupts land on the task half's ends.
     one_cpu_reads(&[("j0", &dm), ("j1", &dm)], 6);
     // As in the test above: ends neither program saw are counted lost by the reaper.
     thread::sleep(Duration::from_millis(3000));
     let k1 = diskstats(&dm);
+    let legs1: u64 = legs.iter().map(|d| diskstats(d).reads).sum();
     let after = daemon.scrape();
     let (r0, l0, h0) = ours(&before);
     let (r1, l1, h1) = ours(&after);
@@ -352,4 +379,33 @@ fn nested_ends_of_one_disk_are_all_counted() {
             "bio_complete was never skipped: no two ends of {dm} interleaved, the test proved nothing"
         );
     }
+    // Every end a first program was skipped for is taken by its second program, unless that
+    // was skipped too (observer-ebpf nested.rs), as in the test above, over both pairs. An end
+    // taken twice shows as an untracked completion or a leg read over diskstats: not once.
+    let delta = |f: &dyn Fn(&Metrics) -> f64| f(&after) - f(&before);
+    let skipped = delta(&|m| misses_of(m, &firsts));
+    let nested_skipped = delta(&|m| misses_of(m, &seconds));
+    let taken = delta(&|m| m.sum("blkobs_nested_completions_total", &[]));
+    let untracked = delta(&|m| m.sum("blkobs_untracked_completions_total", &[]));
+    let extra_leg_reads = delta(&leg_reads) - (legs1 - legs0) as f64;
+    let taken_once = taken - untracked - extra_leg_reads;
+    let lost_all = delta(&all_lost);
+    eprintln!(
+        "{kernel}: first programs skipped {skipped} (second programs {nested_skipped}), taken \
+         {taken} (untracked {untracked}, leg reads over diskstats {extra_leg_reads}), lost \
+         {lost_all} on {dm} and its legs"
+    );
+    assert!(
+        extra_leg_reads >= 0.0
+            && taken_once >= 0.0
+            && taken_once <= skipped
+            && skipped - taken_once <= nested_skipped,
+        "skipped {skipped}, taken {taken} ({untracked} untracked, {extra_leg_reads} leg reads \
+         over diskstats), second programs skipped {nested_skipped}"
+    );
+    assert!(
+        lost_all <= skipped - taken_once,
+        "{lost_all} lost, more than the {} skips not taken",
+        skipped - taken_once
+    );
 }
