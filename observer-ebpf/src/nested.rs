@@ -14,24 +14,25 @@
 //! program ([`ran`]) pushes the event's key (from the request or bio pointer), and the second
 //! ([`skipped`]) looks for it in the [`DEPTH`] positions under the top, from the top down:
 //! - found: the first ran for this event. The depth drops to its position: it is popped with
-//!   everything above it;
+//!   everything above it, and its position is zeroed;
 //! - not: the first was skipped (it was running lower on this CPU's stack, in any part of its
 //!   run, prologue and epilogue included), and the second handles the event. Nothing is
 //!   popped.
 //!
-//! Keys stay in their positions when popped, and the [`DEPTH`] positions the search reads wrap
-//! to those above the top; a first program whose second the kernel skipped (an interrupt
-//! landed in a second program) also leaves its key, above the key that second program looks
-//! for (popped with it) or, once that program has lowered the depth, under the top, where it
-//! raises the depth for good until positions wrap over it. An old key matches a later end only
-//! if that end's first program is skipped and its key is the same: a request's key includes
-//! the start of its life ([`rq_key`]), so only a later end of the same life can (a partial
-//! completion, a flush sequence's second); a key without one (a bio's, or a request's where
-//! the kernel did not stamp it) is taken only if pushed less than [`MAX_WAIT_NS`] ago, which
-//! costs the second program a clock read (the first pushes the clock it reads anyway: the
-//! request pair's handler uses it). A bio's address is reused at once, so a skipped end of a
-//! new bio can be taken for its predecessor's within that time and lost (the reaper counts it):
-//! the matrix's dm-linear test (tests/lost.rs) counted 0 lost over 35 and 59 skipped bio ends.
+//! A first program whose second the kernel skipped (an interrupt landed in a second program)
+//! leaves its key: above the key that second program looks for (popped with it, not zeroed),
+//! or, once that program has lowered the depth, under the top, where it raises the depth for
+//! good until positions wrap over it; the [`DEPTH`] positions the search reads wrap to those
+//! above the top too. Such a key matches a later end only if that end's first program is
+//! skipped and its key is the same: a request's key includes the start of its life
+//! ([`rq_key`]), so only a later end of the same life can (a partial completion, a flush
+//! sequence's second); a key without one (a bio's, or a request's where the kernel did not
+//! stamp it) is taken only if pushed less than [`MAX_WAIT_NS`] ago, which costs the second
+//! program a clock read (the first pushes the clock it reads anyway: the request pair's
+//! handler uses it). A bio's address is reused at once, so a skipped end of a new bio can be
+//! taken for a predecessor's left key within that time and lost (the reaper counts it). Before
+//! popped keys were zeroed, a clean-clone CI run's dm-linear test (tests/lost.rs) lost 3 of
+//! 84 skipped ends on 6.1 that way.
 //!
 //! On 5.10, where the programs nest, a first program interrupted inside its push is safe: it
 //! raises the depth before it writes its key, so a nested push goes above it (or, before the
@@ -47,7 +48,8 @@
 //! a second program after it lowered the depth, or when its key is 0 (`addr_number` failed): 0
 //! is never searched for. No loop: 5.10's verifier walks every iteration of one, in every
 //! program (which leaves the raw_tp second programs close to 6.1's limit of 1M instructions:
-//! zeroing the popped key's copies took `rq_complete_nested_raw` past it).
+//! zeroing every copy of a popped key, not only its position, took `rq_complete_nested_raw`
+//! past it).
 //!
 //! A run of the second for a skipped end shares per-CPU scratch values with the first's
 //! interrupted run, as any two programs nesting on a CPU do (maps.rs, `OWNER_SCRATCH`).
@@ -167,6 +169,11 @@ pub fn skipped(pair: Pair, key: Key) -> bool {
             }
         }
         write_volatile(addr_of_mut!((*s).depth), below);
+        // The popped key goes, so that a later end with the same key (a new bio at the same
+        // address) cannot be taken for this one's (module doc). One store at a masked index:
+        // zeroing every copy, with or without branches, took `rq_complete_nested_raw` past
+        // 6.1's verifier limit.
+        write_volatile(addr_of_mut!((*s).keys[(below % DEPTH) as usize]), 0);
     }
     false
 }
