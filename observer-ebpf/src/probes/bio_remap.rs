@@ -43,7 +43,7 @@ use super::bio_complete::bio_ended;
 use crate::{
     bio_end::bio_counted,
     chain::unlink,
-    inflight::{keep_ended_parent, piece_of},
+    inflight::{keep_ended_parent, piece_of, split_done},
     inherit::mark,
     maps::{count, INFLIGHT},
 };
@@ -138,6 +138,7 @@ fn on_bio_remap(c: &impl EbpfContext, i: usize) {
     }
     // Not the upper disk's bio itself: a piece split from it (bi_private = the parent).
     let Some(mut e) = piece_of(bio, Some(arg(c, i + 2)), &l) else {
+        split_done(bio);
         return;
     };
     e.end_by = END_REMAPPED;
