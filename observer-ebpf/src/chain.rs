@@ -114,9 +114,18 @@ fn fold(bio: u64, e: &mut Inflight) {
     {
         return;
     }
-    let _ = INFLIGHT.remove(&v.child);
+    // Whoever deletes the child's entry owns its end: its own end, traced on another CPU at
+    // once (6.x, before [`saw_traced_end`]), takes it too (inflight.rs, `take_bio`). Counted
+    // here first, so that an end that finds the entry gone finds it in `e` (and takes it back
+    // out: inflight.rs, `piece_of`); undone if the end deleted it first. Before, both could
+    // count it: one I/O more than the disk's bio ends.
+    let (bios, bytes) = (e.bios, e.bytes);
     e.bios = e.bios.saturating_add(1).saturating_add(c.bios);
     e.bytes += c.size as u64 + c.bytes;
+    if INFLIGHT.remove(&v.child).is_err() {
+        e.bios = bios;
+        e.bytes = bytes;
+    }
 }
 
 /// Whether the chained bio `child` was folded into `bio` ([`fold`]: `bio`'s entry holds its

@@ -233,7 +233,12 @@ pub fn take_bio(bio: u64) -> Option<Inflight> {
     // and reused meanwhile reads as another key's value, integers only, never a fault: hash
     // elements are preallocated and stay mapped while the program runs, under RCU).
     let e = *unsafe { INFLIGHT.get(&bio) }?;
-    let _ = INFLIGHT.remove(&bio);
+    // Whoever deletes the entry owns the end: the next bio of a chain entering on another CPU
+    // may fold it in at once (chain.rs, `fold`), and then counts it; this end is then a piece
+    // of that bio (probes/bio_complete.rs, `piece_of`).
+    if INFLIGHT.remove(&bio).is_err() {
+        return None;
+    }
     if e.is_live() {
         Some(e)
     } else {
