@@ -20,6 +20,8 @@
 //! its own (inflight.rs, `piece_of`: taken back out of the next bio's counts), timed from its
 //! own entry ([`entered_at`]). So a chain is counted bio by bio on every kernel, and no entry
 //! whose end the kernel hides is left behind.
+use core::ptr::addr_of_mut;
+
 use aya_ebpf::{
     bindings::BPF_ANY,
     macros::map,
@@ -119,12 +121,22 @@ fn fold(bio: u64, e: &mut Inflight) {
     // here first, so that an end that finds the entry gone finds it in `e` (and takes it back
     // out: inflight.rs, `piece_of`); undone if the end deleted it first. Before, both could
     // count it: one I/O more than the disk's bio ends.
+    // Volatile stores: the compiler may not move them past the delete (`e` is a `&mut`, which
+    // it would otherwise assume the helper cannot see). Any failed delete undoes the fold: the
+    // entry was taken (-ENOENT), or it is still there (-EBUSY) and its own end counts it.
     let (bios, bytes) = (e.bios, e.bytes);
-    e.bios = e.bios.saturating_add(1).saturating_add(c.bios);
-    e.bytes += c.size as u64 + c.bytes;
-    if INFLIGHT.remove(&v.child).is_err() {
-        e.bios = bios;
-        e.bytes = bytes;
+    // SAFETY: `e` is the entering bio's INFLIGHT element (the caller's `&mut`): its `bios` and
+    // `bytes` fields are valid, aligned and written only through it here.
+    unsafe {
+        put(
+            addr_of_mut!(e.bios),
+            bios.saturating_add(1).saturating_add(c.bios),
+        );
+        put(addr_of_mut!(e.bytes), bytes + c.size as u64 + c.bytes);
+        if INFLIGHT.remove(&v.child).is_err() {
+            put(addr_of_mut!(e.bios), bios);
+            put(addr_of_mut!(e.bytes), bytes);
+        }
     }
 }
 

@@ -235,8 +235,10 @@ pub fn take_bio(bio: u64) -> Option<Inflight> {
     let e = *unsafe { INFLIGHT.get(&bio) }?;
     // Whoever deletes the entry owns the end: the next bio of a chain entering on another CPU
     // may fold it in at once (chain.rs, `fold`), and then counts it; this end is then a piece
-    // of that bio (probes/bio_complete.rs, `piece_of`).
-    if INFLIGHT.remove(&bio).is_err() {
+    // of that bio (probes/bio_complete.rs, `piece_of`). Only -ENOENT says so: a delete refused
+    // otherwise (-EBUSY: the bucket held by a program this one interrupted) leaves the entry,
+    // which fold then leaves alone too, and this end is counted here, as before.
+    if INFLIGHT.remove(&bio) == Err(-2) {
         return None;
     }
     if e.is_live() {
@@ -282,8 +284,20 @@ const ENDED_PARENTS_ENTRIES: u32 = 1024;
 pub fn keep_ended_parent(bio: u64, e: &Inflight) {
     if e.bios > 0 {
         let _ = ENDED_PARENTS.insert(&bio, e, BPF_ANY as u64);
+        if let Some(p) = PARENTS_KEPT.get_ptr_mut(0) {
+            // SAFETY: `p` is PARENTS_KEPT element 0 (a non-null lookup): a u64 valid for the
+            // map's life; every writer stores the same 1.
+            unsafe { put(p, 1) };
+        }
     }
 }
+
+/// 1 once [`keep_ended_parent`] kept a parent (md raid0 on 5.10, NVMe multipath heads), else
+/// 0: until then no piece's `SPLIT_PIECES` entry can outlive it, and [`split_done`] costs a
+/// remap (every bio sent to a partition is one: block/blk-core.c blk_partition_remap) one
+/// array read.
+#[map]
+static PARENTS_KEPT: Array<u64> = Array::with_max_entries(1, 0);
 
 /// `bio` is a new bio (it enters, or is split off another): an ended parent kept at its
 /// address ([`keep_ended_parent`]) is a struct since freed and reused, and must not be found
@@ -322,9 +336,13 @@ pub fn split_counted(piece: u64, parent: u64) {
 /// diskstats in some rounds).
 #[inline(always)]
 pub fn split_done(piece: u64) {
+    if !PARENTS_KEPT.get(0).is_some_and(|v| *v != 0) {
+        return;
+    }
     // By the number: see [`piece_of`].
     let key = addr_number(piece);
-    if key != 0 {
+    // SAFETY: LruHashMap::get, only tested for presence: a lookup takes no lock, a delete does.
+    if key != 0 && unsafe { SPLIT_PIECES.get(&key) }.is_some() {
         let _ = SPLIT_PIECES.remove(&key);
     }
 }
