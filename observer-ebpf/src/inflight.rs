@@ -474,22 +474,17 @@ pub fn piece_of(bio: u64, from: Option<u64>, l: &KernelLayout) -> Option<Infligh
         return None;
     }
     let size: u32 = read(bio, l.bio_size);
-    if from.is_some() && between == 0 && p.end_by == END_REMAPPED {
-        // A direct piece of a parent that went down itself and ends with the request below
-        // that carries it (probes/bio_remap.rs), on any CPU at any time: taking the piece out
-        // of its count here could come between that end's copy of the count and its delete,
-        // and the piece would be counted twice (5.10 md raid0: one write over md's diskstats
-        // in about one `blkdiscard -z` of 30, with the piece's decrement landing after the
-        // parent's entry was deleted). The piece stays in the count read at that end. Its
-        // second remap, onto a leg that is a partition (block/blk-core.c
-        // blk_partition_remap), comes here again: it no longer has its `SPLIT_PIECES` entry,
-        // but its parent's untraced pieces all went down before the parent did.
-        if holds {
-            forget_split(bio);
-        }
-        return None;
-    }
     if holds {
+        if from.is_some() && p.end_by == END_REMAPPED {
+            forget_split(bio);
+            // The parent went down itself and ends with the request below that carries it
+            // (probes/bio_remap.rs), on any CPU at any time: taking the piece out of its count
+            // here could come between that end's copy of the count and its delete, and the
+            // piece would be counted twice (5.10 md raid0: one write over md's diskstats in
+            // about one `blkdiscard -z` of 30, with the piece's decrement landing after the
+            // parent's entry was deleted). The piece stays in the count read at that end.
+            return None;
+        }
         // Atomic: `block_split` raises the count in the submitting task meanwhile, and other
         // pieces end on other CPUs (store.rs `add_bios`).
         if p.bios > 0 {
@@ -497,7 +492,11 @@ pub fn piece_of(bio: u64, from: Option<u64>, l: &KernelLayout) -> Option<Infligh
             unsafe { add_bios(p, false) };
         }
         // A bio chained to it and folded in (chain.rs) gives its bytes back too.
-        p.bytes = p.bytes.saturating_sub(size as u64);
+        let back = p.bytes.min(size as u64);
+        if back > 0 {
+            // SAFETY: as above; `bytes` is an 8-aligned u64 field of it.
+            unsafe { add(addr_of_mut!(p.bytes), back.wrapping_neg()) };
+        }
         // After the decrement: the fewer instructions between the parent's lookup and it, the
         // narrower the window in which a fold of the parent misses it (chain.rs `fold`).
         forget_split(bio);
