@@ -98,38 +98,6 @@ pub unsafe fn add(p: *mut u64, v: u64) {
     )
 }
 
-/// `(*e).bios += 1` (`up`) or `-= 1`, atomically ([`add`]): a bio's count of pieces is raised
-/// by `block_split` in the submitting task while pieces split off it before end, traced, on
-/// other CPUs (kernels since 5.11), and a plain read-modify-write on both sides could lose one
-/// of the two (one I/O more or less at the bio's end: the odd ±1 on 6.x md). BPF has no 16-bit
-/// atomic, so this adds 1 << 32 (or its negation) to the 8-aligned u64 of `dev_slot` (the low
-/// half, untouched: no carry reaches it from zeros) and `bios` (the next 16 bits, little-endian
-/// BPF). The caller keeps the count in 0..=u16::MAX (a decrement only of a count above 0, an
-/// increment only below the maximum): a wrap would carry into `missed` and `end_by`.
-///
-/// # Safety
-///
-/// `e` must point at a valid, 8-aligned `Inflight` (a map value from a non-null lookup).
-#[inline(always)]
-pub unsafe fn add_bios(e: *mut Inflight, up: bool) {
-    let word = addr_of_mut!((*e).dev_slot) as *mut u64;
-    // SAFETY: `word` is the 8 bytes of `dev_slot` and `bios`, 8-aligned (asserted below), inside
-    // the caller's valid `*e`.
-    add(
-        word,
-        if up {
-            1 << 32
-        } else {
-            (1u64 << 32).wrapping_neg()
-        },
-    );
-}
-
-// `add_bios` adds to `bios` through the 8-aligned u64 that starts at `dev_slot`.
-const _: () = assert!(core::mem::offset_of!(Inflight, dev_slot) % 8 == 0);
-const _: () =
-    assert!(core::mem::offset_of!(Inflight, bios) == core::mem::offset_of!(Inflight, dev_slot) + 4);
-
 /// Adds `n` samples of `ns` to a histogram: two atomic adds ([`add`]).
 ///
 /// # Safety

@@ -13,7 +13,7 @@
 //! piece in between).
 use aya_ebpf::EbpfContext;
 use observer_common::class::Op;
-use observer_ebpf::{arg, kernel::bio_disk, layout, programs, read, store::add_bios};
+use observer_ebpf::{arg, kernel::bio_disk, layout, programs, read};
 
 use crate::{
     inflight::{forget_ended, split_counted, tracked_parent, Parent},
@@ -47,10 +47,7 @@ fn on_split(c: &impl EbpfContext, i: usize) {
         // too: a saturating u16 count, so a race loses a count, never makes an invalid value.
         let p = unsafe { &mut *p };
         if (between == 0 || holds) && Op::from_code(p.class) != Op::Discard {
-            if p.bios < u16::MAX {
-                // SAFETY: `p` is a valid map value (above); atomic: pieces end meanwhile.
-                unsafe { add_bios(p, true) };
-            }
+            p.bios = p.bios.saturating_add(1);
             split_counted(bio, parent);
         }
     }
