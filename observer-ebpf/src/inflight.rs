@@ -428,17 +428,27 @@ pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<Parent> {
 /// hold the piece's count stay ([`tracked_parent`]). `None` if the bio has no such parent,
 /// the parent is a discard, the bio (sent on from sector `from` of the upper disk, when
 /// remapped) still covers part of the parent or of the piece in between (a clone of it, no
-/// piece: [`covers`]), or it is a piece remapped while its direct parent, remapped itself
-/// (`END_REMAPPED`), holds its count: it is counted at that parent's end, with its latency.
+/// piece: [`covers`]), it is a piece remapped while its direct parent, remapped itself
+/// (`END_REMAPPED`), holds its count: it is counted at that parent's end, with its latency; or
+/// the remap is not from the parent's disk (`from`: `(mkdev, sector)`).
 #[inline(always)]
-pub fn piece_of(bio: u64, from: Option<u64>, l: &KernelLayout) -> Option<Inflight> {
+pub fn piece_of(bio: u64, from: Option<(u32, u64)>, l: &KernelLayout) -> Option<Inflight> {
     let Parent {
         bio: parent,
         entry: p,
         holds,
         between,
     } = tracked_parent(bio, l)?;
-    if let Some(from) = from {
+    if let Some((from_dev, from)) = from {
+        // A piece leaves its parent's disk once; a second remap is the leg's partition
+        // (block/blk-core.c blk_partition_remap: md raid0 on sda1 and sdb1), whose `dev` is
+        // the partition's. Its first remap decided it (5.10 md raid0: a piece counted at its
+        // parent's end had dropped its `SPLIT_PIECES` entry then, and was counted again here).
+        // SAFETY: `p` is the parent's entry from [`tracked_parent`] (an INFLIGHT or
+        // ENDED_PARENTS element, non-null), valid while the program runs; one u32 is read.
+        if unsafe { (*p).dev } != from_dev {
+            return None;
+        }
         // A clone of the parent, or of the piece in between (md raid5's aligned read of a
         // piece it split off the md bio without a trace), is no piece.
         let sectors = read::<u32>(bio, l.bio_size) as u64 >> 9;

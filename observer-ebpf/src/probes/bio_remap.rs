@@ -137,7 +137,7 @@ fn on_bio_remap(c: &impl EbpfContext, i: usize) {
         return;
     }
     // Not the upper disk's bio itself: a piece split from it (bi_private = the parent).
-    let Some(mut e) = piece_of(bio, Some(arg(c, i + 2)), &l) else {
+    let Some(mut e) = piece_of(bio, Some((arg(c, i + 1) as u32, arg(c, i + 2))), &l) else {
         split_done(bio);
         return;
     };
