@@ -165,6 +165,11 @@ pub struct Seen {
     /// delta): traced at `block_io_start`, but the entry program did not run for them (on the
     /// development host's kernel, none runs in PID 1's threads: README, "Lost completions").
     pub untracked: f64,
+    /// The disk's completions counted lost (`blkobs_lost_completions_total`, delta) and the
+    /// kernel's recursion misses of the observer's programs (all, delta): printed, to tell a
+    /// missed end from a misclassified write when the counts differ.
+    pub lost: f64,
+    pub recursion_misses: f64,
     /// Every `block_io_start` of the disk while the witness recorded.
     pub events: Vec<IoStart>,
 }
@@ -242,11 +247,15 @@ pub fn witness(d: &Daemon, disks: &[(&LoopDev, &[(u64, u64)])], work: impl FnOnc
                 log_false: writes(&after, &dev.name, "false") - writes(&before, &dev.name, "false"),
                 untracked: untracked_writes(&after, &dev.name)
                     - untracked_writes(&before, &dev.name),
+                lost: after.sum("blkobs_lost_completions_total", &[("device", &dev.name)])
+                    - before.sum("blkobs_lost_completions_total", &[("device", &dev.name)]),
+                recursion_misses: after.sum("blkobs_bpf_program_recursion_misses_total", &[])
+                    - before.sum("blkobs_bpf_program_recursion_misses_total", &[]),
                 events: starts,
             };
             eprintln!(
                 "{}: traced writes in log {} (+{} at a scrape's edge) / outside {} (+{}); \
-                 daemon log=true {} / log=false {} (untracked {})",
+                 daemon log=true {} / log=false {} (untracked {}, lost {}, recursion misses {})",
                 dev.name,
                 seen.traced_in,
                 seen.edge_in,
@@ -254,7 +263,9 @@ pub fn witness(d: &Daemon, disks: &[(&LoopDev, &[(u64, u64)])], work: impl FnOnc
                 seen.edge_out,
                 seen.log_true,
                 seen.log_false,
-                seen.untracked
+                seen.untracked,
+                seen.lost,
+                seen.recursion_misses
             );
             seen
         })
@@ -276,14 +287,16 @@ pub fn assert_classified(s: &Seen, what: &str) {
     assert!(
         off <= s.untracked,
         "{what}: log=\"true\" writes {} vs {} (+{} at a scrape's edge) traced inside the log, \
-         log=\"false\" {} vs {} (+{}) outside ({} untracked)",
+         log=\"false\" {} vs {} (+{}) outside ({} untracked; {} lost, {} recursion misses)",
         s.log_true,
         s.traced_in,
         s.edge_in,
         s.log_false,
         s.traced_out,
         s.edge_out,
-        s.untracked
+        s.untracked,
+        s.lost,
+        s.recursion_misses
     );
 }
 
