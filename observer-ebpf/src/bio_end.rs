@@ -26,7 +26,7 @@ pub fn bio_counted(e: &Inflight, status: u64, now: u64) -> Option<(*mut ClassSta
     }
     // With the pieces split off it whose own end was not seen (`bios`, bio_split.rs): they
     // ended before it, and count as I/Os of their own with its latency.
-    let n = 1 + e.pieces() as u64;
+    let n = 1 + e.bios as u64;
     let s = stats(e.dev, e.class)?;
     // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs `stats`: a
     // non-null lookup of a per-CPU hash, so no other CPU writes it), valid while the program runs;

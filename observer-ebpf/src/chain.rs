@@ -30,12 +30,9 @@ use aya_ebpf::{
 use observer_common::{
     class::Op,
     layout::KernelLayout,
-    maps::{ChainLink, Inflight, CHAINED_ENTRIES, END_CHAINED, PIECES_WRAPPED},
+    maps::{ChainLink, Inflight, CHAINED_ENTRIES, END_CHAINED},
 };
-use observer_ebpf::{
-    read,
-    store::{add_bios, put},
-};
+use observer_ebpf::{read, store::put};
 
 use crate::{bio_end::bio_counted, maps::INFLIGHT};
 
@@ -106,12 +103,9 @@ fn fold(bio: u64, e: &mut Inflight) {
     // SAFETY: HashMap::get, copied at once (aya's caveat: an element removed and reused meanwhile
     // reads as another key's value, integers only, never a fault: hash elements are preallocated
     // and stay mapped while the program runs, under RCU).
-    let Some(cp) = INFLIGHT.get_ptr_mut(&v.child) else {
+    let Some(c) = (unsafe { INFLIGHT.get(&v.child) }).copied() else {
         return;
     };
-    // SAFETY: `cp` is the child's INFLIGHT element (a non-null lookup), copied at once; the
-    // element stays mapped while the program runs (preallocated, under RCU).
-    let c = unsafe { *cp };
     // The same disk and op: a chain is one discard or one zero-out (a bio whose `bi_private`
     // merely points at what became another bio is no chain).
     if !(c.is_live()
@@ -124,38 +118,24 @@ fn fold(bio: u64, e: &mut Inflight) {
     }
     // Whoever deletes the child's entry owns its end: its own end, traced on another CPU at
     // once (6.x, before [`saw_traced_end`]), takes it too (inflight.rs, `take_bio`). Counted
-    // here first, in volatile stores the compiler may not move past the delete, so that an end
-    // that finds the entry gone finds it in `e` (and takes it back out: inflight.rs,
-    // `piece_of`); any failed delete undoes it: the end took the entry (-ENOENT), or it is
-    // still there (-EBUSY) and its own end counts it. Before, both could count it.
-    let bytes = e.bytes;
-    let n = 1 + c.pieces() as u64;
-    // SAFETY: `e` is the entering bio's INFLIGHT element (the caller's `&mut`): a valid,
-    // 8-aligned map value; its `bytes` field is written only through it here, and its count of
-    // pieces only atomically (pieces of it end meanwhile: store.rs `add_bios`). `cp` is the
-    // child's element (above), read in volatile loads.
+    // here first, so that an end that finds the entry gone finds it in `e` (and takes it back
+    // out: inflight.rs, `piece_of`); undone if the end deleted it first. Before, both could
+    // count it: one I/O more than the disk's bio ends.
+    // Volatile stores: the compiler may not move them past the delete (`e` is a `&mut`, which
+    // it would otherwise assume the helper cannot see). Any failed delete undoes the fold: the
+    // entry was taken (-ENOENT), or it is still there (-EBUSY) and its own end counts it.
+    let (bios, bytes) = (e.bios, e.bytes);
+    // SAFETY: `e` is the entering bio's INFLIGHT element (the caller's `&mut`): its `bios` and
+    // `bytes` fields are valid, aligned and written only through it here.
     unsafe {
-        add_bios(e, n, true);
+        put(
+            addr_of_mut!(e.bios),
+            bios.saturating_add(1).saturating_add(c.bios),
+        );
         put(addr_of_mut!(e.bytes), bytes + c.size as u64 + c.bytes);
         if INFLIGHT.remove(&v.child).is_err() {
-            add_bios(e, n, false);
+            put(addr_of_mut!(e.bios), bios);
             put(addr_of_mut!(e.bytes), bytes);
-            return;
-        }
-        // A piece of the child that ended between the copy and the delete took itself out of
-        // the child's count, not out of `e`'s (6.x, before [`saw_traced_end`]: one I/O more
-        // than md's bio ends); read again now that the delete has settled who owns the
-        // entry, unless the element went to another bio meanwhile (checked before and after
-        // the read). (A piece that found the entry before the delete and changes it after is
-        // still lost: the window is its few instructions between lookup and decrement,
-        // inflight.rs `piece_of`.)
-        let at = addr_of_mut!((*cp).enter_ns);
-        if core::ptr::read_volatile(at) == c.enter_ns {
-            let late = core::ptr::read_volatile(addr_of_mut!((*cp).bios));
-            let late = if late >= PIECES_WRAPPED { 0 } else { late };
-            if core::ptr::read_volatile(at) == c.enter_ns && late < c.pieces() {
-                add_bios(e, (c.pieces() - late).min(2) as u64, false);
-            }
         }
     }
 }

@@ -21,7 +21,7 @@ use observer_common::{
 use observer_ebpf::{
     kernel::{bio_owner, disk_dev, original_flags, read, rq_dev, rq_ioprio},
     slots::{claim, owned},
-    store::{add, add_bios, fill, put},
+    store::{add, fill, put},
 };
 
 /// Request pointer → entry, direct-mapped (observer_common::maps::INFLIGHT_SLOTS).
@@ -285,7 +285,7 @@ const ENDED_PARENTS_ENTRIES: u32 = 1024;
 /// address is not reused meanwhile. Nothing is kept for a bio without pending pieces.
 #[inline(always)]
 pub fn keep_ended_parent(bio: u64, e: &Inflight) {
-    if e.pieces() > 0 {
+    if e.bios > 0 {
         let _ = ENDED_PARENTS.insert(&bio, e, BPF_ANY as u64);
         if let Some(p) = PARENTS_KEPT.get_ptr_mut(0) {
             // SAFETY: `p` is PARENTS_KEPT element 0 (a non-null lookup): a u64 valid for the
@@ -342,16 +342,7 @@ pub fn split_done(piece: u64) {
     if !PARENTS_KEPT.get(0).is_some_and(|v| *v != 0) {
         return;
     }
-    forget_split(piece);
-}
-
-/// Drops `piece`'s `SPLIT_PIECES` entry, if it has one. Keyed by the number, not by `piece`'s
-/// own stack copy: in tp_btf programs `piece` is a typed pointer, and the delete helper reading
-/// that copy as its key left the copy unusable for later direct loads (6.1's verifier: "R3
-/// invalid mem access 'scalar'" at a `read(bio, l.bio_sector)` after it, and every tp_btf
-/// program refused).
-#[inline(always)]
-fn forget_split(piece: u64) {
+    // By the number: see [`piece_of`].
     let key = addr_number(piece);
     // SAFETY: LruHashMap::get, only tested for presence: a lookup takes no lock, a delete does.
     if key != 0 && unsafe { SPLIT_PIECES.get(&key) }.is_some() {
@@ -368,23 +359,19 @@ fn counted_in(piece: u64, parent: u64) -> bool {
 }
 
 /// The live entry of the tracked bio-based parent of `bio` (`bio->bi_private`, set by
-/// block/bio.c bio_chain), or of its grandparent: a piece split off a piece that has no entry
-/// (drivers/md/raid0.c on 5.10 splits at chunk boundaries, untraced, a piece blk-merge.c
-/// split before, traced), or off a chained bio folded into the next one (chain.rs). Further
-/// up, `bi_private` is rarely a bio ([`MAX_UP`]). The flag says whether the entry holds
-/// `bio`'s count (`bios`, and the bytes of a folded chain): its direct parent counted it (a
-/// piece `block_split` traced, bio_split.rs; or a chained bio folded into it, chain.rs
-/// [`folded_into`]) and, for a grandparent, the parent was folded into it, carrying the count
-/// up; or a grandparent counted it at its split (a traced piece of a bio already folded into
-/// it, bio_split.rs). A grandparent above a piece without an entry does not hold
-/// it: its count holds that piece, which is one I/O besides the grandchild; nor does a bio a
-/// chained one was folded into hold a piece md split off that one without a trace. A
-/// grandparent may be one that already ended ([`keep_ended_parent`]).
+/// block/bio.c bio_chain), or of its grandparent ([`MAX_UP`]): a piece split off a piece that
+/// has no entry (drivers/md/raid0.c on 5.10 splits at chunk boundaries, untraced, a piece
+/// blk-merge.c split before, traced), or off a chained bio folded into the next one
+/// (chain.rs). Further up, `bi_private` is rarely a bio. The flag says whether the entry holds
+/// `bio`'s count (`bios`, and the bytes of a folded chain): a direct parent counts its pieces
+/// (bio_split.rs), and a bio that a chained one was folded into took that one's counts
+/// (chain.rs, [`folded_into`]); a grandparent above a piece without an entry does not: its
+/// count holds that piece, which is one I/O besides the grandchild. A grandparent may be one
+/// that already ended ([`keep_ended_parent`]).
 #[inline(always)]
 pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<Parent> {
     let mut b = bio;
     let mut between = 0;
-    let mut first = 0;
     for step in 0..MAX_UP {
         // `bi_private` is a `void *`: what it points to has no BTF type, so the verifier
         // refuses a direct load through it (tp_btf on 5.10: "Permission denied"); read the
@@ -402,22 +389,12 @@ pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<Parent> {
         if b == 0 {
             return None;
         }
-        if step == 0 {
-            first = b;
-        }
         if let Some(p) = INFLIGHT.get_ptr_mut(&b) {
             // SAFETY: `p` is `b`'s INFLIGHT element (a non-null lookup), valid while the program
             // runs; only read here (`is_live`, `dispatch_ns`), and the reference ends in this
             // iteration.
             let e = unsafe { &*p };
-            // Counted in `b` at its split (a traced piece of a bio folded into `b`,
-            // bio_split.rs), or in its parent `first` (traced, or a chained bio folded into it)
-            // whose count `b` took with it.
-            let holds = counted_in(bio, b)
-                || (step > 0
-                    && (counted_in(bio, first) || folded_into(bio, first))
-                    && folded_into(between, b))
-                || (step == 0 && folded_into(bio, b));
+            let holds = counted_in(bio, b) || folded_into(if step == 0 { bio } else { between }, b);
             return (e.is_live() && e.dispatch_ns == 0).then_some(Parent {
                 bio: b,
                 entry: p,
@@ -492,8 +469,15 @@ pub fn piece_of(bio: u64, from: Option<(u32, u64)>, l: &KernelLayout) -> Option<
     }
     let size: u32 = read(bio, l.bio_size);
     if holds {
+        // Keyed by the number, not by `bio`'s own stack copy: in tp_btf programs `bio` is a
+        // typed pointer, and the delete helper reading that copy as its key left the copy
+        // unusable for the direct loads below (6.1's verifier: "R3 invalid mem access
+        // 'scalar'" at `read(bio, l.bio_sector)`, and every tp_btf program refused).
+        let key = addr_number(bio);
+        if key != 0 {
+            let _ = SPLIT_PIECES.remove(&key);
+        }
         if from.is_some() && p.end_by == END_REMAPPED {
-            forget_split(bio);
             // The parent went down itself and ends with the request below that carries it
             // (probes/bio_remap.rs), on any CPU at any time: taking the piece out of its count
             // here could come between that end's copy of the count and its delete, and the
@@ -502,17 +486,9 @@ pub fn piece_of(bio: u64, from: Option<(u32, u64)>, l: &KernelLayout) -> Option<
             // parent's entry was deleted). The piece stays in the count read at that end.
             return None;
         }
-        // Atomic: `block_split` raises the count in the submitting task meanwhile, and other
-        // pieces end on other CPUs (store.rs `add_bios`).
-        if p.pieces() > 0 {
-            // SAFETY: `p` is the parent's valid entry (above).
-            unsafe { add_bios(p, 1, false) };
-        }
+        p.bios = p.bios.saturating_sub(1);
         // A bio chained to it and folded in (chain.rs) gives its bytes back too.
         p.bytes = p.bytes.saturating_sub(size as u64);
-        // After the decrement: the fewer instructions between the parent's lookup and it, the
-        // narrower the window in which a fold of the parent misses it (chain.rs `fold`).
-        forget_split(bio);
     }
     let mut e = *p;
     e.sector = read(bio, l.bio_sector);

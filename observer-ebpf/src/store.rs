@@ -98,33 +98,6 @@ pub unsafe fn add(p: *mut u64, v: u64) {
     )
 }
 
-/// `(*e).bios += n` (`up`) or `-= n`, atomically ([`add`]): a bio's count of pieces is raised
-/// by `block_split` in the submitting task while pieces split off it before end, traced, on
-/// other CPUs (kernels since 5.11), and a plain read-modify-write on both sides could lose one
-/// of the two (one I/O more or less at the bio's end: the odd ±1 on 6.x md). BPF has no 16-bit
-/// atomic, so this adds `n << 48` (or its negation) to the 8-aligned u64 that starts at
-/// `dev_slot`, whose top 16 bits `bios` is (little-endian BPF): the other fields get only
-/// zeros, and a carry or borrow out of `bios` falls off the end. An atomic add cannot
-/// saturate: a count that wrapped reads as 0 (`Inflight::pieces`), and increments stop below
-/// that (`PIECES_WRAPPED`).
-///
-/// # Safety
-///
-/// `e` must point at a valid, 8-aligned `Inflight` (a map value from a non-null lookup).
-#[inline(always)]
-pub unsafe fn add_bios(e: *mut Inflight, n: u64, up: bool) {
-    let word = addr_of_mut!((*e).dev_slot) as *mut u64;
-    let v = n << 48;
-    // SAFETY: `word` is the 8 bytes from `dev_slot` to `bios`, 8-aligned (asserted below), inside
-    // the caller's valid `*e`.
-    add(word, if up { v } else { v.wrapping_neg() });
-}
-
-// `add_bios` adds to `bios` as the top 16 bits of the 8-aligned u64 that starts at `dev_slot`.
-const _: () = assert!(core::mem::offset_of!(Inflight, dev_slot) % 8 == 0);
-const _: () =
-    assert!(core::mem::offset_of!(Inflight, bios) == core::mem::offset_of!(Inflight, dev_slot) + 6);
-
 /// Adds `n` samples of `ns` to a histogram: two atomic adds ([`add`]).
 ///
 /// # Safety

@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(core::mem::offset_of!(Inflight, dev_slot), 72);
         assert_eq!(core::mem::size_of::<SlowEvent>(), 136);
         assert_eq!(core::mem::size_of::<OwnerKey>(), 16);
-        assert_eq!(core::mem::offset_of!(Inflight, bios), 78);
+        assert_eq!(core::mem::offset_of!(Inflight, bios), 76);
         assert_eq!(core::mem::size_of::<MissedMerge>(), 48);
         assert_eq!(core::mem::size_of::<DevState>(), 192);
     }

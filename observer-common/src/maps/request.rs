@@ -42,18 +42,17 @@ pub struct Inflight {
     /// `DEV_INDEX` once, at entry (the flush request: at dispatch); [`NO_SLOT`] if the disk
     /// had none then.
     pub dev_slot: u32,
+    /// Bios in the request at its first dispatch (1 ..= [`crate::dispatch::MAX_BIOS`], or one
+    /// more: more than that); 0 until then, and always for the flush request (no bios). For a
+    /// bio of a bio-based disk: the bios split off it (`block_split`, saturating) not yet seen
+    /// ending on their own, counted as I/Os at its end (observer-ebpf probes/bio_split.rs).
+    pub bios: u16,
     /// 1 if its first dispatch was a missed adjacent merge
     /// ([`crate::dispatch::is_missed_merge`]), else 0.
     pub missed: u8,
     /// How the end of a bio of a bio-based disk is seen ([`END_TRACED`], [`END_REMAPPED`],
     /// [`END_CHAINED`]); always [`END_TRACED`] for a request.
     pub end_by: u8,
-    /// Bios in the request at its first dispatch (1 ..= [`crate::dispatch::MAX_BIOS`], or one
-    /// more: more than that); 0 until then, and always for the flush request (no bios). For a
-    /// bio of a bio-based disk: the bios split off it (`block_split`, saturating) not yet seen
-    /// ending on their own, counted as I/Os at its end (observer-ebpf probes/bio_split.rs). The top 16 bits of the
-    /// 8 bytes from `dev_slot`: observer-ebpf store.rs `add_bios` changes it atomically there.
-    pub bios: u16,
     /// The cgroup v2 id that owns the I/O: the cgroup its first bio is charged to
     /// (`bio->bi_blkg->blkcg->css.cgroup->kn->id`, set by the block layer when the bio was
     /// created: for write-back, the dirtied inode's owner, not the flusher's), read when the
@@ -141,29 +140,12 @@ pub struct ChainLink {
     pub enter_ns: u64,
 }
 
-/// A bio's count of pieces from this value up is a decrement that wrapped ([`Inflight::pieces`]);
-/// increments stop below it (observer-ebpf probes/bio_split.rs).
-pub const PIECES_WRAPPED: u16 = 0x8000;
-
 impl Inflight {
     /// Whether the entry holds a request in flight. Entries are kept after completion (marked
     /// free: both timestamps 0) so the next request on the same `struct request` overwrites them
     /// in place instead of inserting: request structs are preallocated per tag and reused.
     pub const fn is_live(&self) -> bool {
         self.enter_ns != 0 || self.dispatch_ns != 0
-    }
-
-    /// `bios` of a bio of a bio-based disk: the pieces split off it still to be counted at its
-    /// end; 0 from [`PIECES_WRAPPED`] up. Its updates are 64-bit atomic adds
-    /// (observer-ebpf store.rs `add_bios`), which cannot saturate: a decrement that found the
-    /// entry just before its element was deleted and reused (chain.rs `fold`) takes a new
-    /// entry's 0 to 65,535, which would count one bio end as 65,536 I/Os.
-    pub const fn pieces(&self) -> u16 {
-        if self.bios >= PIECES_WRAPPED {
-            0
-        } else {
-            self.bios
-        }
     }
 
     /// Whether the request is at the device now (stage `device`): dispatched and not requeued

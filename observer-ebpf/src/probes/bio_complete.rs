@@ -121,7 +121,7 @@ pub fn bio_completed(bio: u64, l: &KernelLayout) {
         },
     };
     // Pieces of it ended unseen (counted with it): all of its size at entry is done.
-    let bytes = if e.pieces() == 0 && now_size != 0 && now_size <= e.size {
+    let bytes = if e.bios == 0 && now_size != 0 && now_size <= e.size {
         now_size
     } else {
         e.size

@@ -12,11 +12,10 @@
 //! is counted only when it ends or is remapped on its own (its grandparent's `bios` hold the
 //! piece in between).
 use aya_ebpf::EbpfContext;
-use observer_common::{class::Op, maps::PIECES_WRAPPED};
-use observer_ebpf::{arg, kernel::bio_disk, layout, programs, read, store::add_bios};
+use observer_common::class::Op;
+use observer_ebpf::{arg, kernel::bio_disk, layout, programs, read};
 
 use crate::{
-    chain::folded_into,
     inflight::{forget_ended, split_counted, tracked_parent, Parent},
     inherit,
 };
@@ -36,23 +35,19 @@ fn on_split(c: &impl EbpfContext, i: usize) {
     if let Some(Parent {
         bio: parent,
         entry: p,
+        holds,
         between,
-        ..
     }) = tracked_parent(bio, &l)
     {
         // Its direct parent, or the bio a chained one it was split off was folded into
         // (chain.rs), counts it; a grandparent above a piece without an entry does not.
-        // (`holds` is no help here: this new piece is in no count yet.)
         // SAFETY: `p` is the parent's entry from `tracked_parent` (an INFLIGHT or ENDED_PARENTS
         // element, non-null), valid while the program runs, with no other reference to it in this
         // program; another CPU splitting or ending a piece of the same parent at once may update it
         // too: a saturating u16 count, so a race loses a count, never makes an invalid value.
         let p = unsafe { &mut *p };
-        if (between == 0 || folded_into(between, parent)) && Op::from_code(p.class) != Op::Discard {
-            if p.bios < PIECES_WRAPPED - 1 {
-                // SAFETY: `p` is a valid map value (above); atomic: pieces end meanwhile.
-                unsafe { add_bios(p, 1, true) };
-            }
+        if (between == 0 || holds) && Op::from_code(p.class) != Op::Discard {
+            p.bios = p.bios.saturating_add(1);
             split_counted(bio, parent);
         }
     }
