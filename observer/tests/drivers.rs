@@ -397,18 +397,20 @@ fn virtio_tiny_queue_requeues() {
     assert_eq!((lost, untracked), (0.0, 0.0), "{tag}: lost, untracked");
     check_classes(&after, &tag, n);
     // A requeued request's device time runs from its first dispatch (README, "Requeued
-    // requests"): the sum equals the witness's from the first dispatch within 25 µs per request
+    // requests"): the sum equals the witness's from the first dispatch within 50 µs per request
     // on average (the programs and ftrace read the clock at different instants of one event,
     // 1 µs apart at most natively, tests/stages.rs; under TCG, with other guests running,
-    // every instruction is slower: measured −8.6 to +7.6 µs). Where the requeues cost more
-    // than twice that (most runs: the witness's sum from the last dispatch is 74 to 320 µs per
-    // request less; one run 12), the sum is also closer to the first-dispatch reading than to
-    // the last-dispatch one.
+    // every instruction is slower, and an interrupt or the host's scheduler can come between
+    // the two readings: measured −8.6 to +7.6 µs beside the other kernels' guests, +31.6 µs in
+    // a clean-clone CI run with the Debian machines' guests beside them too). Where the
+    // requeues cost more than twice that (most runs: the witness's sum from the last dispatch
+    // is 74 to 320 µs per request less; one run 12), the sum is also closer to the
+    // first-dispatch reading than to the last-dispatch one.
     assert_eq!(
         device_count, paired as f64,
         "{tag}: device-stage samples vs paired writes"
     );
-    let tol = paired as f64 * 25e-6;
+    let tol = paired as f64 * 50e-6;
     let (off_first, off_last) = ((device_sum - first_s).abs(), (device_sum - last_s).abs());
     assert!(
         off_first <= tol,
