@@ -10,8 +10,9 @@
 //! installed, else `rustup`. Both link with `bpf-linker`, which emits BTF (`--btf`).
 use std::{
     env,
+    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
 };
 
 use anyhow::{bail, Context, Result};
@@ -33,7 +34,7 @@ fn main() -> Result<()> {
     }
     println!("cargo:rerun-if-env-changed=OBSERVER_EBPF_TOOLCHAIN");
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
-    let target_dir = out_dir.join("ebpf-target");
+    let target_dir = ebpf_target_dir(&out_dir);
 
     if which("bpf-linker").is_none() {
         bail!(
@@ -100,12 +101,18 @@ fn main() -> Result<()> {
             "--release",
             "--target",
             TARGET,
+            "--color",
+            "never",
             "--target-dir",
         ])
         .arg(&target_dir)
         .env("CARGO_ENCODED_RUSTFLAGS", rustflags)
         .env("CARGO_TARGET_BPFEL_UNKNOWN_NONE_LINKER", "bpf-linker");
-    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    cmd.stderr(Stdio::piped());
+    let mut child = cmd.spawn().with_context(|| format!("running {cmd:?}"))?;
+    let stderr = child.stderr.take().context("the eBPF build's stderr")?;
+    forward_diagnostics(BufReader::new(stderr));
+    let status = child.wait().with_context(|| format!("running {cmd:?}"))?;
     if !status.success() {
         bail!("building observer-ebpf ({route} route) failed: {status}; see the output above");
     }
@@ -120,6 +127,41 @@ fn main() -> Result<()> {
             .with_context(|| format!("copying {}", obj.display()))?;
     }
     Ok(())
+}
+
+/// One eBPF target directory for every profile of this workspace (debug, release, clippy's
+/// check): `<target dir>/bpf`, found as the ancestor of OUT_DIR holding cargo's CACHEDIR.TAG,
+/// so the programs are compiled once per change, not once per profile.
+fn ebpf_target_dir(out_dir: &Path) -> PathBuf {
+    out_dir
+        .ancestors()
+        .find(|d| d.join("CACHEDIR.TAG").is_file())
+        .map_or_else(|| out_dir.join("ebpf-target"), |t| t.join("bpf"))
+}
+
+/// Copies the eBPF build's stderr to ours (shown with `cargo build -vv` or on failure) and turns
+/// each of its compiler warnings into a `cargo:warning`, which cargo always shows.
+fn forward_diagnostics(stderr: impl BufRead) {
+    let mut warning: Vec<String> = Vec::new();
+    let flush = |w: &mut Vec<String>| {
+        for l in w.drain(..) {
+            println!("cargo:warning={l}");
+        }
+    };
+    for line in stderr.lines().map_while(Result::ok) {
+        eprintln!("{line}");
+        let summary = line.starts_with("warning: `") && line.contains("generated");
+        let noise = summary || line.starts_with("warning: build failed");
+        if line.starts_with("warning") && !noise {
+            flush(&mut warning);
+            warning.push(line);
+        } else if !warning.is_empty() && !line.trim().is_empty() {
+            warning.push(line);
+        } else {
+            flush(&mut warning);
+        }
+    }
+    flush(&mut warning);
 }
 
 /// The first `bin` on `PATH`, if any.

@@ -29,6 +29,8 @@ apt_ensure() {
 APT_PKGS=(
   # Debian route for the eBPF build: rustc 1.96 on LLVM 22 + prebuilt core for bpfel-unknown-none.
   rustc-web libstd-rust-web-dev-bpf
+  # Its clippy lints the eBPF crate for bpfel-unknown-none (`cargo xtask test`).
+  rust-web-clippy
   # bpf-linker builds against Debian's LLVM 22.
   llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev
   # Tests: real filesystems, workloads, witnesses.

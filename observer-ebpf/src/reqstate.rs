@@ -49,7 +49,7 @@ pub fn rq_state(ctx: *mut core::ffi::c_void) -> u32 {
     match unsafe { bpf_probe_read_kernel(p) } {
         // Not for the flush request itself: its end_io stays set (block/blk-flush.c), and its
         // own state says whether the device has it.
-        Ok(state) if !is_flush(rq, &l) && in_flush_seq(rq, &l) => (state & 0xff) | IN_FLUSH_SEQ,
+        Ok(state) if !is_flush(rq, l) && in_flush_seq(rq, l) => (state & 0xff) | IN_FLUSH_SEQ,
         Ok(state) => state & 0xff,
         Err(_) => u32::MAX,
     }
@@ -64,6 +64,7 @@ static FILE_INFO: aya_ebpf::maps::Array<FileInfo> = aya_ebpf::maps::Array::with_
 const OF_REQUEST: u64 = 0;
 /// A `struct bio *` (an I/O of a bio-based disk).
 const OF_BIO: u64 = 1;
+const _: () = assert!(OF_BIO != OF_REQUEST);
 
 /// `file_of`: the file of an I/O the daemon asks about, on demand with BPF_PROG_TEST_RUN like
 /// [`rq_state`]: argument 0 a request (argument 1 [`OF_REQUEST`]) or bio ([`OF_BIO`]) in flight
@@ -93,7 +94,7 @@ pub fn file_of(ctx: *mut core::ffi::c_void) -> u32 {
         } else {
             ptr
         };
-        file_of_bio(bio, &l)
+        file_of_bio(bio, l)
     } else {
         let inode = arg(2);
         let sb: u64 = peek(inode, f.inode_sb);
