@@ -149,9 +149,9 @@ fn image(suite: &str, rebuild: bool) -> Result<Image> {
             .arg(format!("--customize-hook=sh {} \"$1\"", hook.display()))
             .arg(suite)
             .arg(&root)
-            .arg("http://deb.debian.org/debian"),
+            .arg(&crate::apt_mirror::host()?.debian),
     )
-    .context("mmdebstrap failed: it needs access to deb.debian.org (bash scripts/provision.sh installs it)")?;
+    .context("mmdebstrap failed: it downloads from this machine's own apt mirror (/etc/apt/sources.list*; override with BLKOBS_APT_MIRROR); check that it is reachable")?;
     let boot = root.join("boot");
     for (prefix, name) in [("vmlinuz-", "vmlinuz"), ("initrd.img-", "initrd.img")] {
         let f = fs::read_dir(&boot)?
@@ -280,7 +280,7 @@ pub fn run(root: &Path, mut args: MachineArgs) -> Result<()> {
 }
 
 /// Builds (or reuses) `suite`'s image, builds the packages, boots the machine and checks every
-/// `BLKOBS-CHECK` line. Needs root (mkfs, qemu) and network access to deb.debian.org for the
+/// `BLKOBS-CHECK` line. Needs root (mkfs, qemu) and network access to this machine's apt mirror for the
 /// first image. Work files: target/machine/<suite>/.
 /// Every path of the daemon's one endpoint table (observer/src/http/endpoints.rs, `path: "..."`),
 /// one per line: the machine checks that each answers under the real unit.

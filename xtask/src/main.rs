@@ -3,8 +3,10 @@
 //! Every task that builds first runs `scripts/provision.sh` (idempotent), so the two README
 //! commands work on a fresh Debian machine.
 
+mod apt_mirror;
 mod bench;
 mod machine;
+mod suite;
 mod vm;
 mod vm_boot;
 mod vm_kernels;
@@ -41,11 +43,15 @@ enum Task {
         /// Skip the kernel matrix (`vmtest`) and the Debian machine after the host suite.
         #[arg(long)]
         no_vm: bool,
+        /// The contributor's tier (CONTRIBUTING.md): lints, unit tests and the host's
+        /// real-kernel tests, without the VMs, the soak and the bench smoke run.
+        #[arg(long)]
+        quick: bool,
         /// Succeed even if tests were skipped (they are still listed). Without it, any skipped
         /// test makes the run fail.
         #[arg(long)]
         allow_skips: bool,
-        /// Extra args for `cargo test`.
+        /// Extra args for `cargo test --no-run`, then after `--` for the test binaries.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -55,7 +61,7 @@ enum Task {
     Vmtest(vm::VmArgs),
     /// A Debian machine in qemu with systemd as PID 1: the project's .deb installed with apt,
     /// enabled, reloaded, stopped, rebooted, upgraded and purged (xtask/src/machine.rs). Needs
-    /// root and deb.debian.org for the first image.
+    /// root and this machine's apt mirror for the first image.
     Machine(machine::MachineArgs),
     /// Provision, build, then measure tracing overhead with fio (see BENCHMARKS.md). Needs root.
     Bench(bench::BenchArgs),
@@ -147,70 +153,18 @@ fn main() -> Result<()> {
         }
         Task::Test {
             no_vm,
+            quick,
             allow_skips,
             args,
-        } => {
-            provision()?;
-            // Tests that cannot run here record why in this file (observer/tests/common `skip`).
-            let skip_log = root().join("target/skipped-tests.txt");
-            let _ = std::fs::remove_file(&skip_log);
-            // Style gates first: they take seconds and fail fast.
-            run(cargo().args(["fmt", "--all", "--check"]))?;
-            run(cargo().args([
-                "clippy",
-                "--workspace",
-                "--exclude",
-                "observer-ebpf",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ]))?;
-            // Integration tests share loop devices and the kernel's tracepoints: one at a time.
-            // They include the bench's smoke run (xtask/tests/bench_smoke.rs): a failing
-            // `cargo xtask bench --smoke` fails this task.
-            let host = run(cargo()
-                .env("BLKOBS_SKIP_LOG", &skip_log)
-                .args(["test"])
-                .args(&args)
-                .args(["--", "--test-threads=1"]));
-            // The kernel matrix, then the package on Debian machines under systemd in the
-            // guest slots the shorter kernels free (all of them TCG guests on the same cores).
-            let matrix = if no_vm {
-                eprintln!("\n######## KERNEL MATRIX AND DEBIAN MACHINES SKIPPED (--no-vm): 5.10, 6.1, 6.12, {} NOT TESTED ########\n", machine::SUITES.join(", "));
-                Ok(())
-            } else if host.is_ok() {
-                let args = machine::MachineArgs::default();
-                let machines: Vec<vm::Job> = args
-                    .suites
-                    .iter()
-                    .map(|suite| {
-                        let (root, args) = (root(), &args);
-                        let job: Box<dyn FnOnce() -> Result<()> + Send + '_> =
-                            Box::new(move || machine::run_suite(&root, suite, args));
-                        (format!("Debian machine {suite}"), job)
-                    })
-                    .collect();
-                std::thread::scope(|s| {
-                    // The images download while the guests boot (machine.rs prefetch_images).
-                    s.spawn(|| machine::prefetch_images(&args.suites));
-                    vm::run_with(
-                        &root(),
-                        vm::VmArgs {
-                            timeout_min: 45,
-                            jobs: 2,
-                            skip_log: Some(skip_log.clone()),
-                            ..Default::default()
-                        },
-                        machines,
-                    )
-                })
-            } else {
-                Ok(())
-            };
-            report_skips(&skip_log, allow_skips)?;
-            host.and(matrix)
-        }
+        } => suite::all(
+            &root(),
+            suite::Options {
+                no_vm,
+                quick,
+                allow_skips,
+                args,
+            },
+        ),
         Task::Vmtest(args) => {
             vm::check(&args)?;
             provision()?;

@@ -33,6 +33,9 @@ pub struct VmArgs {
     /// which it reports at the end of the run); without it they are listed and fail the run.
     #[arg(skip)]
     pub skip_log: Option<std::path::PathBuf>,
+    /// Where each test binary's and job's outcome goes (`cargo xtask test`'s table).
+    #[arg(skip)]
+    pub table: Option<std::sync::Arc<std::sync::Mutex<crate::suite::Table>>>,
     /// Command to run in the guest, from the workspace directory (default: [`GUEST_TESTS`]).
     #[arg(last = true)]
     pub cmd: Vec<String>,
@@ -50,6 +53,8 @@ pub(crate) struct Outcome {
     pub(crate) retried: Option<String>,
     /// Tests the guest skipped, one line each (`[<label>] <crate> <test>: <why>`).
     pub(crate) skipped: Vec<String>,
+    /// Each test binary the payload ran (its `BLKOBS-VM-TEST-END` line), in order.
+    pub(crate) results: Vec<(String, crate::suite::Cell)>,
 }
 
 /// Rejects unknown kernel labels (before anything is installed or built).
@@ -156,6 +161,14 @@ pub fn run_with(root: &Path, mut args: VmArgs, then: Vec<Job>) -> Result<()> {
                     if r.is_ok() { "ok" } else { "FAILED" },
                     started.elapsed().as_secs_f64()
                 );
+                if let Some(t) = &args.table {
+                    let cell = crate::suite::Cell {
+                        ok: r.is_ok(),
+                        secs: started.elapsed().as_secs_f64(),
+                        failed: Vec::new(),
+                    };
+                    t.lock().unwrap().add(&name, "machine", cell);
+                }
                 if let Err(e) = r {
                     then_failed.lock().unwrap().push(format!("{name}: {e:#}"));
                 }
@@ -169,6 +182,32 @@ pub fn run_with(root: &Path, mut args: VmArgs, then: Vec<Job>) -> Result<()> {
         .into_iter()
         .collect::<Result<_>>()?;
     outcomes.sort_by_key(|o| args.kernels.iter().position(|l| *l == o.label));
+    if let Some(t) = &args.table {
+        let mut t = t.lock().unwrap();
+        for o in &outcomes {
+            for (name, cell) in &o.results {
+                t.add(name, &o.label, cell.clone());
+            }
+            // A guest that died, stalled or never ran its payload: one row says so.
+            let tests_failed = o.results.iter().any(|(_, c)| !c.ok);
+            if o.error.is_some() && !tests_failed {
+                let failed = vec![o
+                    .error
+                    .as_deref()
+                    .unwrap_or("")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()];
+                let cell = crate::suite::Cell {
+                    ok: false,
+                    secs: o.total.as_secs_f64(),
+                    failed,
+                };
+                t.add("guest (boot, payload)", &o.label, cell);
+            }
+        }
+    }
     if let Some(label) = args.kernels.first() {
         eprintln!(
             "\n[vm] kernel matrix ({label}): {}",
@@ -392,8 +431,10 @@ fn build_matrix_test(root: &Path) -> Result<Vec<(&'static str, String)>> {
     Ok(exes)
 }
 
-/// The command that runs `exes` one after the other in the guest of kernel `label`, stopping
-/// at the first failure, without that kernel's [`GUEST_SKIPS`].
+/// The command that runs `exes` one after the other in the guest of kernel `label`, going on
+/// after a failing one, without that kernel's [`GUEST_SKIPS`]. Each binary is bracketed by
+/// `BLKOBS-VM-TEST-START <name>` / `BLKOBS-VM-TEST-END <name> rc=<rc> secs=<s>` lines, which
+/// vm_boot.rs reads back into the run's table; the payload fails if any binary failed.
 fn matrix_command(exes: &[(&str, String)], label: &str) -> Vec<String> {
     let runs: Vec<String> = exes
         .iter()
@@ -407,7 +448,7 @@ fn matrix_command(exes: &[(&str, String)], label: &str) -> Vec<String> {
                 .map(|(_, _, test, _)| format!(" --skip {test}"))
                 .collect();
             format!(
-                "{} --test-threads=1 --nocapture --include-ignored{skips}",
+                "t observer/{t} {} --test-threads=1 --nocapture --include-ignored{skips}",
                 quote(rel)
             )
         })
@@ -416,7 +457,11 @@ fn matrix_command(exes: &[(&str, String)], label: &str) -> Vec<String> {
         "/bin/sh".into(),
         "-c".into(),
         format!(
-            "set -e; export BLKOBS_OBSERVER_BIN={}; {}",
+            "export BLKOBS_OBSERVER_BIN={}; failed=0; \
+             t() {{ n=$1; shift; echo \"BLKOBS-VM-TEST-START $n\"; s=$(date +%s); \"$@\"; rc=$?; \
+             echo \"BLKOBS-VM-TEST-END $n rc=$rc secs=$(( $(date +%s) - s ))\"; \
+             [ $rc -eq 0 ] || failed=$((failed + 1)); }}; {}; \
+             echo \"BLKOBS-VM-TESTS-FAILED=$failed\"; [ $failed -eq 0 ]",
             quote(GUEST_OBSERVER),
             runs.join("; ")
         ),

@@ -14,6 +14,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
+use crate::suite::Cell;
 use crate::vm::{quote, shell_words, Outcome};
 use crate::vm_kernels::{self, Kernel};
 
@@ -105,6 +106,39 @@ struct Console {
     tail: Vec<String>,
     /// Lines of the guest's watchdog task dump (vm_init.sh), kept for the timeout message.
     watchdog: Vec<String>,
+    /// The test binary running now (`BLKOBS-VM-TEST-START`) and its output so far.
+    test: Option<(String, String)>,
+    results: Vec<(String, Cell)>,
+}
+
+impl Console {
+    /// Follows the payload's `BLKOBS-VM-TEST-START/END` brackets (vm.rs matrix_command).
+    fn test_line(&mut self, line: &str) {
+        if let Some(name) = line.split("BLKOBS-VM-TEST-START ").nth(1) {
+            self.test = Some((name.trim().to_string(), String::new()));
+        } else if let Some(end) = line.split("BLKOBS-VM-TEST-END ").nth(1) {
+            let mut words = end.split_whitespace();
+            let name = words.next().unwrap_or("?").to_string();
+            let num = |key: &str, w: &[&str]| {
+                w.iter()
+                    .find_map(|x| x.strip_prefix(key))
+                    .and_then(|v| v.parse::<f64>().ok())
+            };
+            let w: Vec<&str> = words.collect();
+            let ok = num("rc=", &w) == Some(0.0);
+            let text = self.test.take().map(|(_, t)| t).unwrap_or_default();
+            let failed = if ok {
+                Vec::new()
+            } else {
+                crate::suite::failed_tests(&text)
+            };
+            let secs = num("secs=", &w).unwrap_or(0.0);
+            self.results.push((name, Cell { ok, secs, failed }));
+        } else if let Some((_, text)) = &mut self.test {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
 }
 
 pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Outcome> {
@@ -258,6 +292,7 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
                 } else if let Some(f) = line.split("BLKOBS-VM-FAIL: ").nth(1) {
                     s.fail = Some(f.to_string());
                 }
+                s.test_line(&line);
                 if line.contains("BLKOBS-VM-WATCHDOG") && s.watchdog.len() < 400 {
                     s.watchdog.push(line.clone());
                 }
@@ -379,6 +414,7 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
         error,
         stalled,
         retried: None,
+        results: s.results.clone(),
     })
 }
 

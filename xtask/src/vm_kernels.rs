@@ -46,17 +46,26 @@ fn matches(label: &str, prefix: &str, name: &str) -> bool {
     label != "6.1" || mid.chars().all(|c| c.is_ascii_digit())
 }
 
-const SOURCES: &str = "\
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security bullseye-security main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm-updates main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm-backports main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security bookworm-security main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie-updates main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security trixie-security main
-";
+/// The suites the kernels come from (fetch's candidates), on this host's own mirrors.
+fn sources() -> Result<String> {
+    let m = crate::apt_mirror::host()?;
+    let key = "[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]";
+    let mut s = String::new();
+    let suites: [(&str, &[&str]); 3] = [
+        ("bullseye", &[""]),
+        ("bookworm", &["", "-updates", "-backports"]),
+        ("trixie", &["", "-updates"]),
+    ];
+    for (codename, archive) in suites {
+        for suite in archive {
+            s += &format!("deb {key} {} {codename}{suite} main\n", m.debian);
+        }
+        if let Some(sec) = &m.security {
+            s += &format!("deb {key} {sec} {codename}-security main\n");
+        }
+    }
+    Ok(s)
+}
 
 /// An unpacked kernel package, ready to boot.
 pub struct Kernel {
@@ -107,7 +116,7 @@ pub fn apt_update() -> Result<PathBuf> {
         fs::create_dir_all(apt.join(d))
             .with_context(|| format!("creating {} (run as root)", apt.display()))?;
     }
-    fs::write(apt.join("sources.list"), SOURCES)?;
+    fs::write(apt.join("sources.list"), sources()?)?;
     eprintln!("[vm] apt-get update (own lists under {})", apt.display());
     let updated = crate::run(Command::new("apt-get").args(apt_opts(&apt)).arg("update"));
     let have_lists = fs::read_dir(apt.join("lists"))?.count() > 2;
@@ -118,7 +127,7 @@ pub fn apt_update() -> Result<PathBuf> {
             Ok(apt)
         }
         Err(e) => Err(e).context(
-            "apt-get update for the kernel matrix failed: the machine needs http://deb.debian.org (debian, debian-security)",
+            "apt-get update for the kernel matrix failed: it uses this machine's own apt mirrors (/etc/apt/sources.list*; override with BLKOBS_APT_MIRROR), check that they are reachable",
         ),
     }
 }
@@ -220,7 +229,7 @@ pub fn fetch(apt: &Path, label: &str) -> Result<Kernel> {
         }
         return unpack(label, pkg, &file);
     }
-    bail!("kernel {label}: no candidate could be downloaded (tried {errors:?}); check access to deb.debian.org")
+    bail!("kernel {label}: no candidate could be downloaded (tried {errors:?}); check access to this machine's apt mirror (/etc/apt/sources.list*)")
 }
 
 fn unpack(label: &str, pkg: &str, deb: &Path) -> Result<Kernel> {

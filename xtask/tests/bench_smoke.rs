@@ -33,8 +33,11 @@ fn bench_smoke_runs_every_configuration() {
         return;
     }
     let stats_before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
+    // `cargo xtask test` builds the release daemon once, before the tests, and says so.
+    let no_build = std::env::var_os("BLKOBS_BENCH_NO_BUILD").is_some_and(|v| v == "1");
     let child = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["bench", "--smoke"])
+        .args(no_build.then_some("--no-build"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
