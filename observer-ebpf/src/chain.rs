@@ -77,14 +77,14 @@ pub fn link(bio: u64, parent: u64, e: &mut Inflight) {
     // SAFETY: HashMap::get, read at once (`is_live`) (aya's caveat: an element removed and reused
     // meanwhile reads as another key's value, integers only, never a fault: hash elements are
     // preallocated and stay mapped while the program runs, under RCU).
-    if parent == 0 || unsafe { INFLIGHT.get(parent) }.is_some_and(|p| p.is_live()) {
+    if parent == 0 || unsafe { INFLIGHT.get(&parent) }.is_some_and(|p| p.is_live()) {
         return;
     }
     let v = ChainLink {
         child: bio,
         enter_ns: e.enter_ns,
     };
-    if CHAINED.insert(parent, v, BPF_ANY as u64).is_ok() {
+    if CHAINED.insert(&parent, &v, BPF_ANY as u64).is_ok() {
         e.end_by = END_CHAINED;
     }
 }
@@ -97,13 +97,13 @@ fn fold(bio: u64, e: &mut Inflight) {
     // SAFETY: LruHashMap::get, copied at once: an element evicted and reused meanwhile reads as
     // another link (integers only, never a fault: the LRU's elements are preallocated), which the
     // checks below reject unless its child is live and matches.
-    let Some(v) = (unsafe { CHAINED.get(bio) }).copied() else {
+    let Some(v) = (unsafe { CHAINED.get(&bio) }).copied() else {
         return;
     };
     // SAFETY: HashMap::get, copied at once (aya's caveat: an element removed and reused meanwhile
     // reads as another key's value, integers only, never a fault: hash elements are preallocated
     // and stay mapped while the program runs, under RCU).
-    let Some(c) = (unsafe { INFLIGHT.get(v.child) }).copied() else {
+    let Some(c) = (unsafe { INFLIGHT.get(&v.child) }).copied() else {
         return;
     };
     // The same disk and op: a chain is one discard or one zero-out (a bio whose `bi_private`
@@ -133,7 +133,7 @@ fn fold(bio: u64, e: &mut Inflight) {
             bios.saturating_add(1).saturating_add(c.bios),
         );
         put(addr_of_mut!(e.bytes), bytes + c.size as u64 + c.bytes);
-        if INFLIGHT.remove(v.child).is_err() {
+        if INFLIGHT.remove(&v.child).is_err() {
             put(addr_of_mut!(e.bios), bios);
             put(addr_of_mut!(e.bytes), bytes);
         }
@@ -146,7 +146,7 @@ fn fold(bio: u64, e: &mut Inflight) {
 pub fn folded_into(child: u64, bio: u64) -> bool {
     // SAFETY: LruHashMap::get, one u64 compared at once: an evicted and reused element reads as
     // another link (then no match), never a fault.
-    unsafe { CHAINED.get(bio) }.is_some_and(|v| v.child == child)
+    unsafe { CHAINED.get(&bio) }.is_some_and(|v| v.child == child)
 }
 
 /// `bio` ended, traced (its entry `e`, or `None` for a piece): the link of the bio chained to
@@ -161,14 +161,14 @@ pub fn unlink(bio: u64, e: Option<&Inflight>, l: &KernelLayout) {
     }
     // Read first: see [`link`].
     let parent: u64 = read(bio, l.bio_private);
-    let _ = CHAINED.remove(bio);
+    let _ = CHAINED.remove(&bio);
     if !chained {
         return;
     }
     // SAFETY: LruHashMap::get, one u64 compared at once: an evicted and reused element reads as
     // another link (then no match), never a fault.
-    if unsafe { CHAINED.get(parent) }.is_some_and(|v| v.child == bio) {
-        let _ = CHAINED.remove(parent);
+    if unsafe { CHAINED.get(&parent) }.is_some_and(|v| v.child == bio) {
+        let _ = CHAINED.remove(&parent);
     }
 }
 
@@ -179,7 +179,7 @@ pub fn entered_at(bio: u64, l: &KernelLayout) -> Option<u64> {
     let parent: u64 = read(bio, l.bio_private);
     // SAFETY: LruHashMap::get; `v` is read right away (two u64): an evicted and reused element
     // reads as another link, rejected unless its child is `bio`; never a fault.
-    let v = unsafe { CHAINED.get(parent) }?;
+    let v = unsafe { CHAINED.get(&parent) }?;
     (v.child == bio).then_some(v.enter_ns)
 }
 

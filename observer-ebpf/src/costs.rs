@@ -159,14 +159,14 @@ pub fn c06_hash_insert(c: BtfTracePointContext) -> i32 {
         class: 2,
         ..Default::default()
     };
-    let _ = C_INFLIGHT.insert(r, e, BPF_ANY as u64);
+    let _ = C_INFLIGHT.insert(&r, &e, BPF_ANY as u64);
     0
 }
 
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn c07_hash_lookup(c: BtfTracePointContext) -> i32 {
     let r = rq(&c);
-    if let Some(e) = C_INFLIGHT.get_ptr_mut(r) {
+    if let Some(e) = C_INFLIGHT.get_ptr_mut(&r) {
         // SAFETY: `e` is the C_INFLIGHT element of `r` (a non-null lookup), valid while the program
         // runs (preallocated, RCU); one u64 field is stored.
         unsafe { (*e).dispatch_ns = r };
@@ -176,7 +176,7 @@ pub fn c07_hash_lookup(c: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn c08_hash_delete(c: BtfTracePointContext) -> i32 {
-    let _ = C_INFLIGHT.remove(rq(&c));
+    let _ = C_INFLIGHT.remove(&rq(&c));
     0
 }
 

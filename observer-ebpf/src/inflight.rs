@@ -163,7 +163,7 @@ pub fn enter_bio(bio: u64, disk: u64, l: &KernelLayout) {
     forget_ended(bio);
     // Before `bio` is a map key (chain.rs, `link`).
     let parent: u64 = read(bio, l.bio_private);
-    let e = match INFLIGHT.get_ptr_mut(bio) {
+    let e = match INFLIGHT.get_ptr_mut(&bio) {
         Some(p) => {
             // SAFETY: `p` is `bio`'s INFLIGHT element (a non-null lookup), valid while the program
             // runs; `old` is last used before `fill` writes it below, and a bio's own events never
@@ -186,14 +186,14 @@ pub fn enter_bio(bio: u64, disk: u64, l: &KernelLayout) {
             // SAFETY: `zero` is this CPU's ZERO_INFLIGHT element 0 (a non-null lookup), valid while
             // the program runs; no program writes it (it stays all zero), so the insert's shared
             // borrow aliases no write.
-            match INFLIGHT.insert(bio, unsafe { *zero }, BPF_NOEXIST as u64) {
+            match INFLIGHT.insert(&bio, unsafe { &*zero }, BPF_NOEXIST as u64) {
                 Ok(()) | Err(-17) => {}
                 Err(_) => {
                     count(Counter::InflightFull);
                     return;
                 }
             }
-            let Some(p) = INFLIGHT.get_ptr_mut(bio) else {
+            let Some(p) = INFLIGHT.get_ptr_mut(&bio) else {
                 return;
             };
             p
@@ -235,13 +235,13 @@ pub fn take_bio(bio: u64) -> Option<Inflight> {
     // SAFETY: HashMap::get, copied at once (before the remove) (aya's caveat: an element removed
     // and reused meanwhile reads as another key's value, integers only, never a fault: hash
     // elements are preallocated and stay mapped while the program runs, under RCU).
-    let e = *unsafe { INFLIGHT.get(bio) }?;
+    let e = *unsafe { INFLIGHT.get(&bio) }?;
     // Whoever deletes the entry owns the end: the next bio of a chain entering on another CPU
     // may fold it in at once (chain.rs, `fold`), and then counts it; this end is then a piece
     // of that bio (probes/bio_complete.rs, `piece_of`). Only -ENOENT says so: a delete refused
     // otherwise (-EBUSY: the bucket held by a program this one interrupted) leaves the entry,
     // which fold then leaves alone too, and this end is counted here, as before.
-    if INFLIGHT.remove(bio) == Err(-2) {
+    if INFLIGHT.remove(&bio) == Err(-2) {
         return None;
     }
     if e.is_live() {
@@ -286,7 +286,7 @@ const ENDED_PARENTS_ENTRIES: u32 = 1024;
 #[inline(always)]
 pub fn keep_ended_parent(bio: u64, e: &Inflight) {
     if e.bios > 0 {
-        let _ = ENDED_PARENTS.insert(bio, e, BPF_ANY as u64);
+        let _ = ENDED_PARENTS.insert(&bio, e, BPF_ANY as u64);
         if let Some(p) = PARENTS_KEPT.get_ptr_mut(0) {
             // SAFETY: `p` is PARENTS_KEPT element 0 (a non-null lookup): a u64 valid for the
             // map's life; every writer stores the same 1.
@@ -309,8 +309,8 @@ static PARENTS_KEPT: Array<u64> = Array::with_max_entries(1, 0);
 /// 1 MiB direct writes at an unaligned offset, md's split pieces reusing such addresses).
 #[inline(always)]
 pub fn forget_ended(bio: u64) {
-    let _ = ENDED_PARENTS.remove(bio);
-    let _ = SPLIT_PIECES.remove(bio);
+    let _ = ENDED_PARENTS.remove(&bio);
+    let _ = SPLIT_PIECES.remove(&bio);
 }
 
 /// Pieces `block_split` counted in a tracked bio's `bios` (probes/bio_split.rs): piece → the
@@ -327,7 +327,7 @@ const SPLIT_PIECES_ENTRIES: u32 = 8192;
 /// `piece`, split off a tracked bio with a trace, is counted in `parent`'s `bios`.
 #[inline(always)]
 pub fn split_counted(piece: u64, parent: u64) {
-    let _ = SPLIT_PIECES.insert(piece, parent, BPF_ANY as u64);
+    let _ = SPLIT_PIECES.insert(&piece, &parent, BPF_ANY as u64);
 }
 
 /// `piece`, a traced piece, went down to a leg without [`piece_of`] taking it back out of its
@@ -345,8 +345,8 @@ pub fn split_done(piece: u64) {
     // By the number: see [`piece_of`].
     let key = addr_number(piece);
     // SAFETY: LruHashMap::get, only tested for presence: a lookup takes no lock, a delete does.
-    if key != 0 && unsafe { SPLIT_PIECES.get(key) }.is_some() {
-        let _ = SPLIT_PIECES.remove(key);
+    if key != 0 && unsafe { SPLIT_PIECES.get(&key) }.is_some() {
+        let _ = SPLIT_PIECES.remove(&key);
     }
 }
 
@@ -355,7 +355,7 @@ pub fn split_done(piece: u64) {
 fn counted_in(piece: u64, parent: u64) -> bool {
     // SAFETY: LruHashMap::get, one u64 compared at once: an evicted and reused element reads as
     // another piece's parent (then no match), never a fault.
-    unsafe { SPLIT_PIECES.get(piece) }.is_some_and(|p| *p == parent)
+    unsafe { SPLIT_PIECES.get(&piece) }.is_some_and(|p| *p == parent)
 }
 
 /// The live entry of the tracked bio-based parent of `bio` (`bio->bi_private`, set by
@@ -389,7 +389,7 @@ pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<Parent> {
         if b == 0 {
             return None;
         }
-        if let Some(p) = INFLIGHT.get_ptr_mut(b) {
+        if let Some(p) = INFLIGHT.get_ptr_mut(&b) {
             // SAFETY: `p` is `b`'s INFLIGHT element (a non-null lookup), valid while the program
             // runs; only read here (`is_live`, `dispatch_ns`), and the reference ends in this
             // iteration.
@@ -406,7 +406,7 @@ pub fn tracked_parent(bio: u64, l: &KernelLayout) -> Option<Parent> {
         // piece was counted at its end (in `bios`), so it is none here (looking further up
         // would find the bio the parent is chained to, e.g. the next writeback bio); a
         // grandchild counts from it, whose count held the piece in between, not this one.
-        if let Some(p) = ENDED_PARENTS.get_ptr_mut(b) {
+        if let Some(p) = ENDED_PARENTS.get_ptr_mut(&b) {
             return (step > 0).then_some(Parent {
                 bio: b,
                 entry: p,
@@ -475,7 +475,7 @@ pub fn piece_of(bio: u64, from: Option<(u32, u64)>, l: &KernelLayout) -> Option<
         // 'scalar'" at `read(bio, l.bio_sector)`, and every tp_btf program refused).
         let key = addr_number(bio);
         if key != 0 {
-            let _ = SPLIT_PIECES.remove(key);
+            let _ = SPLIT_PIECES.remove(&key);
         }
         if from.is_some() && p.end_by == END_REMAPPED {
             // The parent went down itself and ends with the request below that carries it
@@ -538,7 +538,7 @@ pub fn entry(rq: u64, replace: bool) -> Option<*mut Inflight> {
     // struct only goes to the hash map when its slot belongs to another one.
     let found = match claim(&INFLIGHT_SLOTS, addr_number(rq)) {
         Some(p) => Some(p),
-        None => INFLIGHT.get_ptr_mut(rq),
+        None => INFLIGHT.get_ptr_mut(&rq),
     };
     if let Some(p) = found {
         // SAFETY: `p` is `rq`'s own INFLIGHT_SLOTS slot value (claimed: only this struct's events
@@ -558,14 +558,14 @@ pub fn entry(rq: u64, replace: bool) -> Option<*mut Inflight> {
     // SAFETY: `zero` is this CPU's ZERO_INFLIGHT element 0 (a non-null lookup), valid while the
     // program runs; no program writes it (it stays all zero), so the insert's shared borrow aliases
     // no write.
-    match INFLIGHT.insert(rq, unsafe { *zero }, BPF_NOEXIST as u64) {
+    match INFLIGHT.insert(&rq, unsafe { &*zero }, BPF_NOEXIST as u64) {
         Ok(()) | Err(-17) => {}
         Err(_) => {
             count(Counter::InflightFull);
             return None;
         }
     }
-    INFLIGHT.get_ptr_mut(rq)
+    INFLIGHT.get_ptr_mut(&rq)
 }
 
 /// A request that completed without its completion reaching us: counted with its bytes
@@ -594,7 +594,7 @@ pub fn count_lost(e: &Inflight) {
 pub fn live(rq: u64) -> Option<&'static mut Inflight> {
     let p = match owned(&INFLIGHT_SLOTS, addr_number(rq)) {
         Some(p) => p,
-        None => INFLIGHT.get_ptr_mut(rq)?,
+        None => INFLIGHT.get_ptr_mut(&rq)?,
     };
     // SAFETY: `p` is `rq`'s slot value (owned: only this struct's events write it) or its INFLIGHT
     // element: array elements are never freed, hash elements are preallocated and stay mapped under

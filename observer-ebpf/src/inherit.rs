@@ -82,27 +82,27 @@ pub fn mark(bio: u64, from_dev: u32, from: u64, below: Option<(u32, u64)>) {
     let range = log_range(from_dev, slot, from).or_else(|| {
         // SAFETY: LruHashMap::get, copied at once: an evicted and reused element reads as another
         // disk's range (integers only, never a fault), checked against `from` below.
-        unsafe { LOG_BELOW.get(from_dev) }
+        unsafe { LOG_BELOW.get(&from_dev) }
             .copied()
             .filter(|r| r.contains(from))
     });
     if let (Some(r), Some((dev, to))) = (range, below) {
         if let Some(m) = r.moved(from, to) {
-            let _ = LOG_BELOW.insert(dev, m, BPF_ANY as u64);
+            let _ = LOG_BELOW.insert(&dev, &m, BPF_ANY as u64);
         }
     }
     let log = range.is_some()
         // SAFETY: HashMap::get, three fields read at once (aya's caveat: an element removed and
         // reused meanwhile reads as another key's value, integers only, never a fault: hash
         // elements are preallocated and stay mapped while the program runs, under RCU).
-        || unsafe { INFLIGHT.get(bio) }
+        || unsafe { INFLIGHT.get(&bio) }
             .is_some_and(|e| e.is_live() && e.dev == from_dev && e.class & LOG != 0);
     let r = Remap {
         sector: from,
         dev: from_dev,
         log: log as u32,
     };
-    let _ = REMAPS.insert(bio, r, BPF_ANY as u64);
+    let _ = REMAPS.insert(&bio, &r, BPF_ANY as u64);
     if !marked() {
         if let Some(p) = MARKED.get_ptr_mut(0) {
             // SAFETY: `p` is MARKED element 0 (a non-null lookup): a u64 valid for the map's life;
@@ -122,9 +122,9 @@ pub fn split(piece: u64, parent: u64) {
     }
     // SAFETY: LruHashMap::get, copied at once: an evicted and reused element reads as another bio's
     // mark (integers only), never a fault.
-    if let Some(r) = unsafe { REMAPS.get(parent) } {
+    if let Some(r) = unsafe { REMAPS.get(&parent) } {
         let r = *r;
-        let _ = REMAPS.insert(piece, r, BPF_ANY as u64);
+        let _ = REMAPS.insert(&piece, &r, BPF_ANY as u64);
     }
 }
 
@@ -136,10 +136,10 @@ pub fn take(bio: u64) -> Remap {
     }
     // SAFETY: LruHashMap::get, copied at once: an evicted and reused element reads as another bio's
     // mark (integers only), never a fault.
-    match unsafe { REMAPS.get(bio) } {
+    match unsafe { REMAPS.get(&bio) } {
         Some(r) => {
             let r = *r;
-            let _ = REMAPS.remove(bio);
+            let _ = REMAPS.remove(&bio);
             r
         }
         None => Remap::default(),
@@ -155,8 +155,8 @@ pub fn take_class(bio: u64) -> u16 {
     }
     // SAFETY: LruHashMap::get, one field read at once: an evicted and reused element reads as
     // another bio's mark, never a fault.
-    let log = unsafe { REMAPS.get(bio) }.is_some_and(|r| r.log != 0);
-    let _ = REMAPS.remove(bio);
+    let log = unsafe { REMAPS.get(&bio) }.is_some_and(|r| r.log != 0);
+    let _ = REMAPS.remove(&bio);
     if log {
         LOG
     } else {
@@ -186,13 +186,13 @@ pub fn link(key: u64, enter_ns: u64, r: &Remap) {
         dev: r.dev,
         _pad: 0,
     };
-    let _ = UPPER.insert(key, u, BPF_ANY as u64);
+    let _ = UPPER.insert(&key, &u, BPF_ANY as u64);
 }
 
 /// Removes the mark of a bio that merged into a request or ended.
 #[inline(always)]
 pub fn forget(bio: u64) {
     if bio != 0 && marked() {
-        let _ = REMAPS.remove(bio);
+        let _ = REMAPS.remove(&bio);
     }
 }

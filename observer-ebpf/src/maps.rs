@@ -254,7 +254,7 @@ pub fn owner_count(dev: u32, class: u16, cgroup: u64, bytes: u64) {
         }
         put(addr_of_mut!((*s).value.requests), 1);
         put(addr_of_mut!((*s).value.bytes), bytes);
-        match OWNER_STATS.insert(key, (*s).value, BPF_NOEXIST as u64) {
+        match OWNER_STATS.insert(key, &(*s).value, BPF_NOEXIST as u64) {
             Ok(()) => {}
             // Inserted meanwhile by another CPU: count into this CPU's copy.
             Err(-17) => {
@@ -308,12 +308,12 @@ pub fn error_seen(dev: u32, class: u16, status: u64) {
         status: status as u8,
         _pad: 0,
     };
-    match ERRORS.get_ptr_mut(key) {
+    match ERRORS.get_ptr_mut(&key) {
         // SAFETY: `p` is this CPU's value of the ERRORS entry of `key` (a non-null lookup of a
         // per-CPU hash): no other CPU writes it.
         Some(p) => unsafe { add(p, 1) },
         None => {
-            let _ = ERRORS.insert(key, 1, BPF_NOEXIST as u64);
+            let _ = ERRORS.insert(&key, &1, BPF_NOEXIST as u64);
         }
     }
 }
@@ -353,7 +353,7 @@ pub fn dev_slot(dev: u32) -> u32 {
     // preallocated and stay mapped while the program runs, under RCU). The daemon deletes only the
     // slot of a gone disk; a slot read so is another disk's, which LOG_RANGES and DEVSTATE users
     // check against `dev` (`r.dev == dev`, stall.rs `ds.dev == dev`).
-    match unsafe { DEV_INDEX.get(dev) } {
+    match unsafe { DEV_INDEX.get(&dev) } {
         Some(s) => {
             let slot = *s;
             if let Some(c) = cached {
@@ -378,7 +378,7 @@ pub fn indexed_slot(dev: u32) -> Option<u32> {
     // meanwhile reads as another key's value, integers only, never a fault: hash elements are
     // preallocated and stay mapped while the program runs, under RCU); its only user, inherit.rs
     // `mark`, checks the slot's LOG_RANGES entry against the disk.
-    unsafe { DEV_INDEX.get(dev) }.copied()
+    unsafe { DEV_INDEX.get(&dev) }.copied()
 }
 
 /// [`observer_common::class::LOG`] if the request starts inside a filesystem log range of its

@@ -34,8 +34,8 @@ pub fn queued_at(bio: u64) -> Option<u64> {
     // SAFETY: HashMap::get, one u64 copied at once (aya's caveat: an element removed and reused
     // meanwhile reads as another key's value, integers only, never a fault: hash elements are
     // preallocated and stay mapped while the program runs, under RCU).
-    let t = unsafe { BIO_QUEUED.get(bio) }?.queue_ns;
-    let _ = BIO_QUEUED.remove(bio);
+    let t = unsafe { BIO_QUEUED.get(&bio) }?.queue_ns;
+    let _ = BIO_QUEUED.remove(&bio);
     Some(t)
 }
 
@@ -44,6 +44,6 @@ pub fn queued_at(bio: u64) -> Option<u64> {
 pub fn forget(bio: u64) {
     inherit::forget(bio);
     if bio != 0 && give_back(&BIO_SLOTS, addr_number(bio), |_| ()).is_none() {
-        let _ = BIO_QUEUED.remove(bio);
+        let _ = BIO_QUEUED.remove(&bio);
     }
 }

@@ -49,7 +49,7 @@ pub fn rq_state(ctx: *mut core::ffi::c_void) -> u32 {
     match unsafe { bpf_probe_read_kernel(p) } {
         // Not for the flush request itself: its end_io stays set (block/blk-flush.c), and its
         // own state says whether the device has it.
-        Ok(state) if !is_flush(rq, l) && in_flush_seq(rq, l) => (state & 0xff) | IN_FLUSH_SEQ,
+        Ok(state) if !is_flush(rq, &l) && in_flush_seq(rq, &l) => (state & 0xff) | IN_FLUSH_SEQ,
         Ok(state) => state & 0xff,
         Err(_) => u32::MAX,
     }
@@ -94,7 +94,7 @@ pub fn file_of(ctx: *mut core::ffi::c_void) -> u32 {
         } else {
             ptr
         };
-        file_of_bio(bio, l)
+        file_of_bio(bio, &l)
     } else {
         let inode = arg(2);
         let sb: u64 = peek(inode, f.inode_sb);

@@ -431,6 +431,20 @@ fn build_matrix_test(root: &Path) -> Result<Vec<(&'static str, String)>> {
     Ok(exes)
 }
 
+/// Starts the daemon once before the tests and waits (at most the 120 s the tests' own helper
+/// allows under TCG) until it serves the API. If the guest kernel cannot load the programs, no
+/// test can pass: the payload stops with the daemon's log instead of failing every test slowly.
+const PREFLIGHT: &str = "t daemon-preflight sh -c '\
+    \"$BLKOBS_OBSERVER_BIN\" --listen 127.0.0.1:9598 >/tmp/preflight.log 2>&1 & p=$!; \
+    end=$(( $(date +%s) + 120 )); \
+    until timeout 10 \"$BLKOBS_OBSERVER_BIN\" stalls --url http://127.0.0.1:9598 --json >/dev/null 2>&1; do \
+    if ! kill -0 $p 2>/dev/null || [ $(date +%s) -ge $end ]; then \
+    echo \"the daemon did not serve in 120 s; its log:\"; tail -n 40 /tmp/preflight.log; \
+    kill $p 2>/dev/null; exit 1; fi; sleep 0.5; done; \
+    echo \"daemon-preflight: serving after $(( $(date +%s) + 120 - end )) s\"; \
+    kill $p; wait $p; exit 0'; \
+    [ $failed -eq 0 ] || { echo BLKOBS-VM-TESTS-FAILED=1; exit 1; }";
+
 /// The command that runs `exes` one after the other in the guest of kernel `label`, going on
 /// after a failing one, without that kernel's [`GUEST_SKIPS`]. Each binary is bracketed by
 /// `BLKOBS-VM-TEST-START <name>` / `BLKOBS-VM-TEST-END <name> rc=<rc> secs=<s>` lines, which
@@ -460,7 +474,7 @@ fn matrix_command(exes: &[(&str, String)], label: &str) -> Vec<String> {
             "export BLKOBS_OBSERVER_BIN={}; failed=0; \
              t() {{ n=$1; shift; echo \"BLKOBS-VM-TEST-START $n\"; s=$(date +%s); \"$@\"; rc=$?; \
              echo \"BLKOBS-VM-TEST-END $n rc=$rc secs=$(( $(date +%s) - s ))\"; \
-             [ $rc -eq 0 ] || failed=$((failed + 1)); }}; {}; \
+             [ $rc -eq 0 ] || failed=$((failed + 1)); }}; {PREFLIGHT}; {}; \
              echo \"BLKOBS-VM-TESTS-FAILED=$failed\"; [ $failed -eq 0 ]",
             quote(GUEST_OBSERVER),
             runs.join("; ")

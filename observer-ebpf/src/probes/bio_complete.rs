@@ -58,7 +58,7 @@ fn bio_end(c: &impl EbpfContext, i: usize) {
     if q != 0 && read::<u64>(q, l.q_mq_ops) == 0 {
         // A mark of a bio ending here was taken when it entered (inherit.rs); no map
         // operation more here: 5.10's raw_tp variant is at the 512-byte stack limit.
-        bio_completed(bio, l);
+        bio_completed(bio, &l);
         return;
     }
     let status: u8 = read(bio, l.bio_status);
@@ -153,7 +153,7 @@ pub fn bio_ended(bio: u64, mut e: Inflight, bytes: u64, status: u64) -> u64 {
         // SAFETY: `s` is this CPU's CLASS_STATS value of the I/O's (dev, class) (bio_end.rs
         // `bio_counted`), valid while the program runs.
         unsafe { add(addr_of_mut!((*s).slow), 1) };
-        emit_slow(&e, now, 0, status as u32, bio, layout());
+        emit_slow(&e, now, 0, status as u32, bio, &layout());
     }
     now
 }

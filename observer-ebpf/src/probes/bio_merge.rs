@@ -18,9 +18,9 @@ fn on_bio_merge(c: &impl EbpfContext, i: usize) {
     let bio = arg(c, i);
     forget(bio);
     let l = layout();
-    let dev = bio_dev(bio, l);
+    let dev = bio_dev(bio, &l);
     // Counted for the request's class as its completion will be (its priority is the bio's).
-    let class = with_ioprio(classify(read(bio, l.bio_opf), l), bio_ioprio(bio, l));
+    let class = with_ioprio(classify(read(bio, l.bio_opf), &l), bio_ioprio(bio, &l));
     if let Some(s) = stats(dev, class) {
         // SAFETY: `s` is this CPU's value of the (dev, class) CLASS_STATS entry (maps.rs `stats`: a
         // non-null lookup of a per-CPU hash, so no other CPU writes it), valid while the program

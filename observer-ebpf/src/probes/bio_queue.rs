@@ -40,20 +40,20 @@ use crate::{
 fn on_bio_queue(c: &impl EbpfContext, i: usize) {
     let bio = arg(c, i);
     let l = layout();
-    let disk = bio_disk(bio, l);
+    let disk = bio_disk(bio, &l);
     let q: u64 = read(disk, l.disk_queue);
     if read::<u64>(q, l.q_mq_ops) == 0 {
-        enter_bio(bio, disk, l);
+        enter_bio(bio, disk, &l);
         return;
     }
     let (queue_ns, sector, dev, size, pid, class) = (
         // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
         unsafe { bpf_ktime_get_ns() },
         read(bio, l.bio_sector),
-        disk_dev(disk, l),
+        disk_dev(disk, &l),
         read(bio, l.bio_size),
         (bpf_get_current_pid_tgid() >> 32) as u32,
-        classify(read(bio, l.bio_opf), l),
+        classify(read(bio, l.bio_opf), &l),
     );
     // Its own slot, leased until the bio becomes a request, merges or ends; nearly always
     // free (few bios wait at once). Every field is written: the slot holds the last bio's.
@@ -82,7 +82,7 @@ fn on_bio_queue(c: &impl EbpfContext, i: usize) {
         _pad: 0,
     };
     // BPF_ANY: an entry left by an earlier bio at this address (it ended unseen) is replaced.
-    if BIO_QUEUED.insert(bio, v, BPF_ANY as u64).is_err() {
+    if BIO_QUEUED.insert(&bio, &v, BPF_ANY as u64).is_err() {
         count(Counter::BioQueuedFull);
     }
 }

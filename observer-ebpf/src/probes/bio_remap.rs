@@ -110,18 +110,18 @@ fn live_add(n: u64) {
 fn on_bio_remap(c: &impl EbpfContext, i: usize) {
     let bio = arg(c, i);
     let l = layout();
-    let disk = bio_disk(bio, l);
+    let disk = bio_disk(bio, &l);
     let q: u64 = read(disk, l.disk_queue);
     let bio_based = read::<u64>(q, l.q_mq_ops) == 0;
     // From the upper disk's log region: the bio's request or entry below is a log I/O too (a
     // bio-based disk below carries the region on: inherit.rs).
-    let below = bio_based.then(|| (disk_dev(disk, l), read::<u64>(bio, l.bio_sector)));
+    let below = bio_based.then(|| (disk_dev(disk, &l), read::<u64>(bio, l.bio_sector)));
     mark(bio, arg(c, i + 1) as u32, arg(c, i + 2), below);
     if bio_based {
         // Onto another bio-based disk: its end is traced there (bio_complete.rs).
         return;
     }
-    if let Some(p) = INFLIGHT.get_ptr_mut(bio) {
+    if let Some(p) = INFLIGHT.get_ptr_mut(&bio) {
         // SAFETY: `p` is `bio`'s INFLIGHT element (a non-null lookup), valid while the program
         // runs; its remap comes between its entry and its end, never at once with another event of
         // it, so no other reference is live.
@@ -129,7 +129,7 @@ fn on_bio_remap(c: &impl EbpfContext, i: usize) {
         if e.is_live() && e.end_by != END_REMAPPED {
             if e.end_by == END_CHAINED {
                 // Its end comes with the request now, not with a chain's.
-                unlink(bio, Some(e), l);
+                unlink(bio, Some(e), &l);
             }
             e.end_by = END_REMAPPED;
             live_add(1);
@@ -137,12 +137,12 @@ fn on_bio_remap(c: &impl EbpfContext, i: usize) {
         return;
     }
     // Not the upper disk's bio itself: a piece split from it (bi_private = the parent).
-    let Some(mut e) = piece_of(bio, Some((arg(c, i + 1) as u32, arg(c, i + 2))), l) else {
+    let Some(mut e) = piece_of(bio, Some((arg(c, i + 1) as u32, arg(c, i + 2))), &l) else {
         split_done(bio);
         return;
     };
     e.end_by = END_REMAPPED;
-    if INFLIGHT.insert(bio, e, BPF_ANY as u64).is_err() {
+    if INFLIGHT.insert(&bio, &e, BPF_ANY as u64).is_err() {
         count(Counter::InflightFull);
         return;
     }
@@ -165,7 +165,7 @@ fn on_rq_complete(c: &impl EbpfContext, i: usize) {
     // Only a completion of all the request's bytes ends its bios (a partial one, rare, leaves
     // them to the last; one inside a flush sequence leaves them to the sequence's end, whose
     // completion carries 0 bytes of 0 left).
-    if !data_final(in_flush_seq(rq, l), nr_bytes, read(rq, l.rq_data_len)) {
+    if !data_final(in_flush_seq(rq, &l), nr_bytes, read(rq, l.rq_data_len)) {
         return;
     }
     let Some(found) = ENDED.get_ptr_mut(0) else {
@@ -189,7 +189,7 @@ fn on_rq_complete(c: &impl EbpfContext, i: usize) {
         // SAFETY: HashMap::get, two fields read at once (aya's caveat: an element removed and
         // reused meanwhile reads as another key's value, integers only, never a fault: hash
         // elements are preallocated and stay mapped while the program runs, under RCU).
-        if let Some(e) = unsafe { INFLIGHT.get(bio) } {
+        if let Some(e) = unsafe { INFLIGHT.get(&bio) } {
             if e.end_by == END_REMAPPED && e.is_live() {
                 // SAFETY: `found.n` is a u64 field of the valid `found`: one volatile load.
                 let k = unsafe { core::ptr::read_volatile(&found.n) } as usize;
@@ -240,11 +240,11 @@ fn take(bio: u64) -> Option<Inflight> {
     // SAFETY: HashMap::get, copied at once (before the checks and the remove) (aya's caveat: an
     // element removed and reused meanwhile reads as another key's value, integers only, never a
     // fault: hash elements are preallocated and stay mapped while the program runs, under RCU).
-    let e = *unsafe { INFLIGHT.get(bio) }?;
+    let e = *unsafe { INFLIGHT.get(&bio) }?;
     if e.end_by != END_REMAPPED || !e.is_live() {
         return None;
     }
-    let _ = INFLIGHT.remove(bio);
+    let _ = INFLIGHT.remove(&bio);
     live_add(u64::MAX);
     keep_ended_parent(bio, &e);
     Some(e)

@@ -24,7 +24,7 @@ use crate::{
 fn on_split(c: &impl EbpfContext, i: usize) {
     let bio = arg(c, i);
     let l = layout();
-    let q: u64 = read(bio_disk(bio, l), l.disk_queue);
+    let q: u64 = read(bio_disk(bio, &l), l.disk_queue);
     if read::<u64>(q, l.q_mq_ops) != 0 {
         // A request-based disk: the pieces become requests of their own there, a log bio's
         // pieces log requests (inherit.rs).
@@ -37,7 +37,7 @@ fn on_split(c: &impl EbpfContext, i: usize) {
         entry: p,
         holds,
         between,
-    }) = tracked_parent(bio, l)
+    }) = tracked_parent(bio, &l)
     {
         // Its direct parent, or the bio a chained one it was split off was folded into
         // (chain.rs), counts it; a grandparent above a piece without an entry does not.

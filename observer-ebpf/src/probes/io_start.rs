@@ -12,7 +12,7 @@ use crate::inflight::enter;
 fn on_io_start(c: &impl EbpfContext, i: usize) {
     let rq = arg(c, i);
     // No clock read: `enter` takes the first bio's entry time (block_bio_queue).
-    enter(rq, 0, 0, true, true, layout());
+    enter(rq, 0, 0, true, true, &layout());
 }
 
 programs!(on_io_start => "block_io_start", io_start, io_start_raw, 0);

@@ -35,7 +35,7 @@ use crate::{
 fn on_complete(c: &impl EbpfContext, i: usize) {
     // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
     let now = unsafe { bpf_ktime_get_ns() };
-    nested::ran(Pair::RqComplete, nested::rq_key(arg(c, i), layout()), now);
+    nested::ran(Pair::RqComplete, nested::rq_key(arg(c, i), &layout()), now);
     complete_args(c, i, now);
 }
 
@@ -44,7 +44,7 @@ fn on_complete(c: &impl EbpfContext, i: usize) {
 /// while remapped bios are live, it continues as `rq_complete_remapped` (bio_remap.rs).
 #[inline(always)]
 fn on_complete_nested(c: &impl EbpfContext, i: usize) {
-    if nested::skipped(Pair::RqComplete, nested::rq_key(arg(c, i), layout())) {
+    if nested::skipped(Pair::RqComplete, nested::rq_key(arg(c, i), &layout())) {
         count(Counter::NestedEnds);
         // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
         complete_args(c, i, unsafe { bpf_ktime_get_ns() });
@@ -70,8 +70,8 @@ fn complete(rq: u64, error: u64, nr_bytes: u64, now: u64) {
     // The flush request completes once (it carries RQF_FLUSH_SEQ itself). A data request is
     // final unless more bytes remain, or it is inside a flush sequence (its data part completes
     // once with RQF_FLUSH_SEQ set, then again with 0 bytes when the post-flush is done).
-    let data_final = stage::data_final(in_flush_seq(rq, l), nr_bytes, data_len);
-    let Some(e) = entry_or_untracked(rq, now, data_final, error, l) else {
+    let data_final = stage::data_final(in_flush_seq(rq, &l), nr_bytes, data_len);
+    let Some(e) = entry_or_untracked(rq, now, data_final, error, &l) else {
         return;
     };
     e.bytes += nr_bytes;
@@ -118,8 +118,8 @@ fn complete(rq: u64, error: u64, nr_bytes: u64, now: u64) {
         unsafe { add(addr_of_mut!((*s).slow), 1) };
         // The first bio is still the request's here (blk_update_request traces before it
         // ends any bio): its file is read only for a slow request.
-        let merges = bio_merges(rq, l);
-        emit_slow(&e, now, merges, error as u32, read(rq, l.rq_bio), l);
+        let merges = bio_merges(rq, &l);
+        emit_slow(&e, now, merges, error as u32, read(rq, l.rq_bio), &l);
     }
 }
 

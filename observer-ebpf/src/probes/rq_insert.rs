@@ -11,7 +11,7 @@ fn on_insert(c: &impl EbpfContext, i: usize) {
     let l = layout();
     if l.enter_fallback != 0 {
         // SAFETY: bpf_ktime_get_ns takes no argument and only returns CLOCK_MONOTONIC (ns).
-        enter(rq, unsafe { bpf_ktime_get_ns() }, 0, false, true, l);
+        enter(rq, unsafe { bpf_ktime_get_ns() }, 0, false, true, &l);
     }
 }
 

@@ -28,15 +28,15 @@ fn on_issue(c: &impl EbpfContext, i: usize) {
     let now = unsafe { bpf_ktime_get_ns() };
     let l = layout();
     if let Some(e) = live(rq) {
-        if redispatch(e, rq, l, now) {
+        if redispatch(e, rq, &l, now) {
             return;
         }
     }
-    if is_flush(rq, l) {
+    if is_flush(rq, &l) {
         // The shared per-hctx flush request (block/blk-flush.c): never "enters"; device stage
         // only. No data: it ends any run of adjacent dispatches.
         let Some(e) = entry(rq, true) else { return };
-        let dev = rq_dev(rq, l);
+        let dev = rq_dev(rq, &l);
         let disk_slot = dev_slot(dev);
         // SAFETY: `e` is the flush request's entry from `entry` (its own INFLIGHT_SLOTS slot or
         // INFLIGHT element, non-null), valid while the program runs; no reference to it is live
@@ -45,9 +45,9 @@ fn on_issue(c: &impl EbpfContext, i: usize) {
         dispatched(dev, disk_slot, Op::Flush as u16, 0, now, 0, 0);
     } else if l.enter_fallback != 0 {
         // Directly issued without insert on a kernel without block_io_start: queue time is 0.
-        enter(rq, now, now, false, true, l);
+        enter(rq, now, now, false, true, &l);
         if let Some(e) = live(rq) {
-            first_dispatch(e, rq, l, now);
+            first_dispatch(e, rq, &l, now);
         }
     }
 }

@@ -27,9 +27,9 @@ fn on_rq_merge(c: &impl EbpfContext, i: usize) {
         }
         None => {
             let l = layout();
-            let class = classify(read(rq, l.rq_cmd_flags), l);
-            let ioprio = rq_ioprio(rq, read(rq, l.rq_bio), l);
-            (rq_dev(rq, l), with_ioprio(class, ioprio))
+            let class = classify(read(rq, l.rq_cmd_flags), &l);
+            let ioprio = rq_ioprio(rq, read(rq, l.rq_bio), &l);
+            (rq_dev(rq, &l), with_ioprio(class, ioprio))
         }
     };
     if let Some(s) = stats(dev, class) {
