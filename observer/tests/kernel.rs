@@ -569,36 +569,46 @@ fn disk_info_follows_the_queue() {
         assert!(s.len() <= 1, "{} series of {}", s.len(), dev.name);
         s.first().map(|s| s.labels.clone())
     };
-    assert!(
-        wait_every(Duration::from_millis(200), Duration::from_secs(5), || info(
+    let lsblk = || {
+        sh(
+            "lsblk",
+            &[
+                "-d",
+                "-n",
+                "-r",
+                "-o",
+                "ROTA,LOG-SEC,PHY-SEC,SCHED",
+                &dev.path,
+            ],
         )
-        .is_some()),
-        "no blkobs_disk_info of {} within 5 s",
-        dev.name
+    };
+    let ours = |l: &std::collections::BTreeMap<String, String>| {
+        [
+            "rotational",
+            "logical_block_size",
+            "physical_block_size",
+            "scheduler",
+        ]
+        .map(|k| l[k].clone())
+        .join(" ")
+    };
+    // LoopDev sets the scheduler just after the disk appears: the first scrape may show the
+    // queue before that write, a later one must show it as lsblk does.
+    let mut last = (String::new(), None);
+    let same = wait_every(Duration::from_millis(200), Duration::from_secs(5), || {
+        let want = lsblk().trim().to_string();
+        let l = info();
+        let hit = l.as_ref().is_some_and(|l| ours(l) == want);
+        last = (want, l);
+        hit
+    });
+    eprintln!("{}: lsblk {:?}, ours {:?}", dev.name, last.0, last.1);
+    assert!(
+        same,
+        "blkobs_disk_info of {} not lsblk's {:?} within 5 s: {:?}",
+        dev.name, last.0, last.1
     );
-    let l = info().unwrap();
-    let lsblk = sh(
-        "lsblk",
-        &[
-            "-d",
-            "-n",
-            "-r",
-            "-o",
-            "ROTA,LOG-SEC,PHY-SEC,SCHED",
-            &dev.path,
-        ],
-    );
-    let got = [
-        l["rotational"].as_str(),
-        l["logical_block_size"].as_str(),
-        l["physical_block_size"].as_str(),
-        l["scheduler"].as_str(),
-    ];
-    eprintln!("{}: lsblk {lsblk:?}, ours {l:?}", dev.name);
-    assert_eq!(
-        got.as_slice(),
-        lsblk.split_whitespace().collect::<Vec<_>>().as_slice()
-    );
+    let l = last.1.unwrap();
     assert_eq!(l["scheduler"], "mq-deadline");
     for k in ["model", "serial", "wwid", "revision"] {
         assert_eq!(l[k], "", "{k} of a loop device");
