@@ -51,6 +51,9 @@ pub struct AppState {
     pub reaped: Reaped,
     /// The reaper's state (its request-state probe, suspects between passes).
     pub reaper: Mutex<Reaper>,
+    /// Housekeeping passes done (disk rescan, reaper, gone disks), for
+    /// `blkobs_reaper_passes_total`: what a client waits on instead of sleeping.
+    pub reaper_passes: std::sync::atomic::AtomicU64,
     /// Disks missing from `/sys/block`, until `[devices] forget_after` removes their series.
     pub gone: Mutex<GoneDevices>,
     /// Slow requests and stall episodes from the kernel.

@@ -11,7 +11,7 @@
 
 mod support;
 
-use std::{thread, time::Duration};
+use std::thread;
 
 use support::*;
 
@@ -57,7 +57,7 @@ fn every_lost_completion_is_one_the_kernel_ran_no_bpf_for() {
     quiesce(&fsdev.name);
     // The reaper retires a request whose completion was not seen after two passes 1 s apart,
     // more than 1 s after its dispatch.
-    thread::sleep(Duration::from_millis(4000));
+    daemon.wait_settled(&[&raw.name, &fsdev.name]);
     let hidden = pid1.stop();
     let (after, d1) = scrape_between_equal_diskstats(&daemon, &[&raw, &fsdev]);
     let d1 = (d1[0], d1[1]);
@@ -169,7 +169,7 @@ fn completions_skipped_for_recursion_are_taken_by_the_nested_program() {
     // null_blk completes everything before fio exits. A completion neither program saw is
     // counted lost when its request struct is reused, or by the reaper after two passes 1 s
     // apart: the scrape after that, and after the diskstats read.
-    thread::sleep(Duration::from_millis(3000));
+    daemon.wait_settled(&[task.name.as_str(), timer.name.as_str()]);
     let d1: Vec<DiskStats> = devs.iter().map(|d| diskstats(d)).collect();
     let after = daemon.scrape();
     let missed = misses(&after) - misses(&before);
@@ -355,8 +355,8 @@ fn nested_ends_of_one_disk_are_all_counted() {
     let legs0: u64 = legs.iter().map(|d| diskstats(d).reads).sum();
     // One CPU: the timer half's interrupts land on the task half's ends.
     one_cpu_reads(&[("j0", &dm), ("j1", &dm)], 6);
-    // As in the test above: ends neither program saw are counted lost by the reaper.
-    thread::sleep(Duration::from_millis(3000));
+    // As in the test above: the legs' ends neither program saw are counted lost by the reaper.
+    daemon.wait_settled(&legs);
     let k1 = diskstats(&dm);
     let legs1: u64 = legs.iter().map(|d| diskstats(d).reads).sum();
     let after = daemon.scrape();

@@ -194,7 +194,7 @@ fn nomerges_2_misses_what_0_merges() {
     let daemon = Daemon::start(&[]);
     let dev = LoopDev::new(64, "none");
     // Wait for the daemon to give the new disk its per-device slot (missed merges need it).
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_tracked(&daemon, &dev.name);
     let mut runs = Vec::new();
     for nomerges in ["0", "2"] {
         dev.set_queue("nomerges", nomerges);
@@ -275,7 +275,7 @@ fn adjacent_unmerged_dispatches_match_ftrace() {
     std::fs::write(&config, "[merges]\nwindow = \"1s\"\n").unwrap();
     let mut daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
     let dev = LoopDev::new(64, "none");
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_tracked(&daemon, &dev.name);
     quiesce(&dev.name);
     let before = exported(&daemon.scrape(), &dev.name);
     let ds0 = diskstats(&dev.name);

@@ -97,6 +97,7 @@ where
         info: probes.info.clone(),
         reaped: Reaped::default(),
         reaper: Mutex::new(Reaper::new(request_probe.clone())),
+        reaper_passes: Default::default(),
         gone: Mutex::default(),
         request_probe,
         history: Mutex::new(history),
@@ -209,6 +210,8 @@ fn spawn_reaper_and_windows(st: Arc<AppState>) {
                     forget_after,
                     &st.reaped,
                 );
+                st.reaper_passes
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
                 let due = st.windows.lock().expect("windows lock").oldest().is_none()
                     || now % windows::INTERVAL_NS < 1_100_000_000;
                 if due {

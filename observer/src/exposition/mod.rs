@@ -34,7 +34,7 @@
 //! | `blkobs_bpf_program_runs_total`, `blkobs_bpf_program_run_seconds_total` | counter (`bpfcost.rs`), only while `kernel.bpf_stats_enabled=1` | program |
 //! | `blkobs_bpf_program_recursion_misses_total` | counter (`bpfcost.rs`), always | program |
 //! | `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_virtual_memory_bytes`, `process_resident_memory_bytes`, `process_start_time_seconds`, `process_threads` | the standard process metrics (`process.rs`, the prometheus crate's `ProcessCollector`) | |
-//! | `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_unindexed_requests_total`, `blkobs_nested_completions_total`, `blkobs_devices_degraded`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info`, `blkobs_http_rejected_total{reason}` | self-monitoring | |
+//! | `blkobs_dropped_requests_total{reason}`, `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`, `blkobs_unindexed_requests_total`, `blkobs_nested_completions_total`, `blkobs_devices_degraded`, `blkobs_map_entries{map}`, `blkobs_map_capacity{map}`, `blkobs_build_info`, `blkobs_reaper_passes_total`, `blkobs_http_rejected_total{reason}` | self-monitoring | |
 //!
 //! Label `log` is `true` for requests that start inside a filesystem log (journal) range
 //! (`observer_common::class::LOG`, see `crate::fslog`): `{op="write",log="true"}` selects log writes.

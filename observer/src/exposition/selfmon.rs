@@ -2,7 +2,8 @@
 //! Declares `blkobs_dropped_requests_total`,
 //! `blkobs_stale_requests_total`, `blkobs_clock_anomalies_total`,
 //! `blkobs_unindexed_requests_total`, `blkobs_devices_degraded`, `blkobs_map_entries`,
-//! `blkobs_map_capacity`, `blkobs_build_info` and `blkobs_http_rejected_total`.
+//! `blkobs_map_capacity`, `blkobs_build_info`, `blkobs_reaper_passes_total` and
+//! `blkobs_http_rejected_total`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -128,6 +129,19 @@ pub const HTTP_REJECTED: MetricDesc = MetricDesc {
     kind: MetricType::COUNTER,
     labels: &["reason"],
 };
+
+/// Passes of the once-a-second housekeeping (the reaper's among them).
+pub const REAPER_PASSES: MetricDesc = MetricDesc {
+    name: "blkobs_reaper_passes_total",
+    help: "Passes of the daemon's once-a-second housekeeping: disks rescanned, requests whose completion was not seen retired (on the second pass that finds one no longer in flight), gone disks forgotten. Two passes after I/O went idle, its counts are final.",
+    kind: MetricType::COUNTER,
+    labels: &[],
+};
+
+/// `blkobs_reaper_passes_total`.
+pub fn reaper_families(w: &mut dyn MetricWriter, passes: u64) {
+    w.family(&REAPER_PASSES).counter(&[], passes as f64);
+}
 
 /// `blkobs_http_rejected_total`, one series per reason.
 pub fn http_families(w: &mut dyn MetricWriter, r: &HttpRejections) {

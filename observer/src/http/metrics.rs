@@ -148,6 +148,10 @@ pub async fn get_metrics(
             exposition::fslog::render_metrics(w, &st.fslog.get());
             let (runs, timed) = st.program_runs();
             exposition::bpfcost::families(w, &runs, timed);
+            exposition::selfmon::reaper_families(
+                w,
+                st.reaper_passes.load(std::sync::atomic::Ordering::Acquire),
+            );
             exposition::selfmon::http_families(w, &st.http_rejected);
             w.foreign(st.process.families());
         };

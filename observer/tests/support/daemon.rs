@@ -153,6 +153,45 @@ impl Daemon {
     pub fn scrape(&self) -> Metrics {
         Metrics::parse(&self.metrics_text())
     }
+
+    /// Waits until nothing of `devices` is in flight for the daemon (`blkobs_inflight_requests`
+    /// 0: every request ended or, its completion unseen, was retired by the reaper), then for one
+    /// more whole pass, so a retirement under way is counted too. Call it once the I/O is done.
+    pub fn wait_settled(&self, devices: &[&str]) {
+        let busy = |m: &Metrics| -> f64 {
+            devices
+                .iter()
+                .map(|d| m.sum("blkobs_inflight_requests", &[("device", d)]))
+                .sum()
+        };
+        let mut left = f64::NAN;
+        // A hang guard, not a timing bound: the reaper retires an unseen completion in 2-3 s.
+        let idle = super::wait_every(Duration::from_millis(100), Duration::from_secs(120), || {
+            left = busy(&self.scrape());
+            left == 0.0
+        });
+        assert!(
+            idle,
+            "{left} requests of {devices:?} still in flight after 120 s"
+        );
+        self.wait_passes(1);
+    }
+
+    /// Waits until the daemon has done `n` more housekeeping passes (`blkobs_reaper_passes_total`,
+    /// one a second: rescan, reaper) than when called. After I/O went idle, two passes retire
+    /// every completion the programs did not see; `n` = 3 also covers a pass already under way.
+    pub fn wait_passes(&self, n: u64) {
+        let passes = || self.scrape().sum("blkobs_reaper_passes_total", &[]) as u64;
+        let start = passes();
+        // A hang guard, not a timing bound: a pass takes a second unless the daemon is stuck.
+        let ok = super::wait_every(Duration::from_millis(100), Duration::from_secs(120), || {
+            passes() >= start + n
+        });
+        assert!(
+            ok,
+            "the daemon did not do {n} housekeeping passes in 120 s (from {start})"
+        );
+    }
 }
 
 impl Deref for Daemon {
