@@ -258,7 +258,7 @@ fn nvme_polled_io_uring() {
         "--number_ios=1500",
     ]);
     quiesce(n);
-    std::thread::sleep(Duration::from_millis(3500));
+    daemon.wait_settled(&[n]);
     let d1 = diskstats(n);
     let after = daemon.scrape();
     let p1 = poll_queued(n);
@@ -326,7 +326,7 @@ fn virtio_tiny_queue_requeues() {
         "--number_ios=3000",
     ]);
     quiesce(n);
-    std::thread::sleep(Duration::from_millis(3500));
+    daemon.wait_settled(&[n]);
     let events = trace.stop();
     let ftrace = events
         .iter()
@@ -465,7 +465,7 @@ fn passthrough_requests_complete() {
         assert_eq!(d.sysfs("serial"), "blkobs-vblk", "{tag}: serial");
     }
     quiesce(n);
-    std::thread::sleep(Duration::from_millis(1500));
+    daemon.wait_settled(&[n]);
     let ftrace = trace.stop().iter().filter(|e| e.rwbs() == "N").count() as f64;
     let after = daemon.scrape();
     let ours = ours(&before, &after, n, "other");
@@ -549,7 +549,8 @@ fn nvme_multipath_hidden_paths() {
     for n in &names {
         quiesce(n);
     }
-    std::thread::sleep(Duration::from_millis(3500));
+    // The paths are request-based (the reaper retires their unseen ends); the head is not.
+    daemon.wait_settled(&names[1..]);
     let d1: Vec<DiskStats> = names.iter().map(|n| diskstats(n)).collect();
     let after = daemon.scrape();
     let unindexed = after.sum("blkobs_unindexed_requests_total", &[])

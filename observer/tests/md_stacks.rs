@@ -880,13 +880,13 @@ fn raid0_zero_outs(what: &str, rounds: u32, make: impl FnOnce() -> Stack) {
     for round in 1..=rounds {
         for (cmd, args) in &phases {
             quiesce(&md);
-            std::thread::sleep(Duration::from_millis(1500));
+            daemon.wait_settled(&[&md]);
             let (before, d0) = (daemon.scrape(), diskstats(&md));
             let trace = BioTrace::start(&[kdev(&md)]);
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
             sh(cmd, &refs);
             quiesce(&md);
-            std::thread::sleep(Duration::from_millis(2500));
+            daemon.wait_settled(&[&md]);
             let events = trace.stop();
             let (after, d1) = (daemon.scrape(), diskstats(&md));
             let traced = |event: &str| -> f64 {
