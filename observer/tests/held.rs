@@ -140,8 +140,7 @@ fn held_write_with_iostats_off_stays_in_flight() {
     disk.knobs().release();
     assert!(child.wait().unwrap().success());
     let elapsed = t0.elapsed().as_secs_f64();
-    std::thread::sleep(Duration::from_millis(1500));
-    let slow = slow_records(&daemon, &disk.name, 5000, |s| pick.matches(s));
+    let slow = wait_slow_records(&daemon, &disk.name, 1, |s| pick.matches(s));
     assert_eq!(slow.len(), 1, "{slow:?}");
     let device = slow[0]["device_seconds"].as_f64().unwrap();
     assert!(
@@ -205,7 +204,9 @@ fn fua_write_waiting_for_post_flush_stays_in_flight() {
     assert!(child.wait().unwrap().success());
     let elapsed = t0.elapsed().as_secs_f64();
     disk.knobs().fsync_delay_ns.store(0, Ordering::SeqCst);
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_slow_records(&daemon, &disk.name, 1, |s| {
+        Pick::Flag("preflush").matches(s)
+    });
     // Two slow requests: the FUA write, then the data-less PREFLUSH write of the fsync that
     // block/fops.c does after an O_DSYNC write (generic_write_sync), never dispatched itself:
     // it waits in blk-flush.c for the flush request, which sleeps again.
@@ -380,8 +381,7 @@ fn tag_wait_is_queue_time() {
         assert!(c.wait().unwrap().success());
     }
     let elapsed = t0.elapsed().as_secs_f64();
-    std::thread::sleep(Duration::from_millis(1500));
-    let slow = slow_records(&daemon, &disk.name, 5000, |s| {
+    let slow = wait_slow_records(&daemon, &disk.name, 8, |s| {
         Pick::Comm("blkobs-tagwait").matches(s)
     });
     assert_eq!(slow.len(), 8, "{slow:?}");

@@ -554,7 +554,7 @@ fn btt_stages_equal_daemon_histograms() {
     dev.set_queue("nomerges", "2");
     let _ = Command::new("udevadm").arg("settle").status();
     // Wait for the daemon to give the new disk its per-device slot.
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_tracked(&daemon, &dev.name);
     quiesce(&dev.name);
     let before = daemon.scrape();
     let dir = TempDir::new("blkobs-trace");

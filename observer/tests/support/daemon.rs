@@ -291,6 +291,24 @@ pub fn slow_where(stalls: &Value, keep: impl Fn(&Value) -> bool) -> Vec<Value> {
 
 /// The slow records of disk `dev` that `keep` selects, from
 /// `/stalls?device=dev&format=json&limit=limit` (see [`slow_where`]).
+/// [`slow_records`] once at least `n` are there (the ring buffer's records reach `/stalls`
+/// just after the requests end), after the disk settled ([`Daemon::wait_settled`]).
+pub fn wait_slow_records(
+    d: &Daemon,
+    dev: &str,
+    n: usize,
+    keep: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    d.wait_settled(&[dev]);
+    let mut got = Vec::new();
+    // A hang guard, not a timing bound.
+    super::wait_every(Duration::from_millis(50), Duration::from_secs(120), || {
+        got = slow_records(d, dev, 5000, &keep);
+        got.len() >= n
+    });
+    got
+}
+
 pub fn slow_records(
     d: &Daemon,
     dev: &str,
