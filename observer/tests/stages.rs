@@ -61,6 +61,9 @@ fn queue_and_device_stages_match_ftrace() {
     // Few request slots for many writes in flight: most bios wait for a tag, so the queue
     // stage is long and starts at the bio's entry (Q), before the request exists.
     dev.set_queue("nr_requests", "4");
+    // Every request of the run enters an indexed disk (a disk made after the daemon started
+    // gets its slot at the next rescan).
+    wait_tracked(&daemon, &dev.name);
     quiesce(&dev.name);
     let before = daemon.scrape();
     let trace = StageTrace::start(dev.kdev());
@@ -82,7 +85,7 @@ fn queue_and_device_stages_match_ftrace() {
     assert!(st.success());
     quiesce(&dev.name);
     let events = trace.stop();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    daemon.wait_settled(&[&dev.name]);
     let after = daemon.scrape();
 
     // Pair by sector: every block is written once.
@@ -114,6 +117,21 @@ fn queue_and_device_stages_match_ftrace() {
         )
     };
     let count = sum(&after, "queue", "count") - sum(&before, "queue", "count");
+    let delta = |family: &str, labels: &[(&str, &str)]| {
+        after.sum(family, labels) - before.sum(family, labels)
+    };
+    let on_dev = [("device", dev.name.as_str())];
+    eprintln!(
+        "{}: witness {n} requests; ours queue {count}, device {}, total {}; unindexed {}, \
+         untracked {}, lost {}, dropped {}",
+        dev.name,
+        sum(&after, "device", "count") - sum(&before, "device", "count"),
+        sum(&after, "total", "count") - sum(&before, "total", "count"),
+        delta("blkobs_unindexed_requests_total", &[]),
+        delta("blkobs_untracked_completions_total", &on_dev),
+        delta("blkobs_lost_completions_total", &on_dev),
+        delta("blkobs_dropped_requests_total", &[]),
+    );
     assert_eq!(
         count, n as f64,
         "queue-stage samples vs the witness's requests"
