@@ -266,7 +266,8 @@ pub(crate) fn headings(text: &str) -> Vec<String> {
     out
 }
 
-/// `(line, target)` of every inline link `[text](target)` and image outside code.
+/// `(line, target)` of every inline link `[text](target)` and image outside code (the line
+/// of its `](`; the text may start on an earlier line).
 pub(crate) fn links(text: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     for (n, line) in prose(text) {
@@ -280,7 +281,8 @@ pub(crate) fn links(text: &str) -> Vec<(usize, String)> {
                 .strip_prefix('<')
                 .and_then(|s| s.split_once('>').map(|(t, _)| t))
                 .unwrap_or_else(|| inner.split_whitespace().next().unwrap_or(""));
-            if !target.is_empty() && rest[..i].contains('[') {
+            // The `[` may be on an earlier line: link text wraps.
+            if !target.is_empty() {
                 out.push((n, target.to_string()));
             }
             rest = &tail[end..];
@@ -364,7 +366,8 @@ mod tests {
     #[test]
     fn links_are_found_outside_code() {
         let t = "see [a](a.md#b) and `[c](c.md)` and ![img](i.png \"t\")\n\
-                 ```\n[d](d.md)\n```\n[e](<e f.md>) [g](https://x.org/y.md) (not [a link] (x))\n";
+                 ```\n[d](d.md)\n```\n[e](<e f.md>) [g](https://x.org/y.md) (not [a link] (x))\n\
+                 [wrapped\nlink](w.md)\n";
         assert_eq!(
             links(t),
             [
@@ -372,6 +375,7 @@ mod tests {
                 (1, "i.png".to_string()),
                 (5, "e f.md".to_string()),
                 (5, "https://x.org/y.md".to_string()),
+                (7, "w.md".to_string()),
             ]
         );
     }
