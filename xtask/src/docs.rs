@@ -19,6 +19,18 @@ use std::{
 
 use anyhow::{bail, Result};
 
+/// Where code, tests and packaging cite pages as `docs/….md#anchor`: each citation must
+/// resolve like a link.
+const CITING_DIRS: [&str; 7] = [
+    "observer",
+    "observer-common",
+    "observer-ebpf",
+    "xtask",
+    "packaging",
+    "scripts",
+    "dashboards",
+];
+
 /// The front door stays a front door.
 pub(crate) const README_MAX_BYTES: u64 = 15_000;
 
@@ -49,6 +61,9 @@ pub(crate) fn check(root: &Path) -> Result<()> {
         }
     }
     problems.extend(summary_problems(&root.join("docs/src")));
+    for dir in CITING_DIRS {
+        code_citations(root, &root.join(dir), &mut anchors, &mut problems);
+    }
     if which("mdbook") {
         let out = Command::new("mdbook")
             .current_dir(root)
@@ -151,6 +166,64 @@ fn check_link(
     } else {
         Some(format!("no heading #{anchor} in {}", dest.display()))
     }
+}
+
+/// Checks every `docs/<path>.md[#anchor]` named in the source files under `dir`.
+fn code_citations(
+    root: &Path,
+    dir: &Path,
+    anchors: &mut HashMap<PathBuf, BTreeSet<String>>,
+    problems: &mut Vec<String>,
+) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n != "target") {
+                code_citations(root, &path, anchors, problems);
+            }
+            continue;
+        }
+        // This file's own tests cite made-up pages.
+        if path.ends_with("xtask/src/docs.rs") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        for (line, cited) in doc_citations(&text) {
+            if let Some(p) = check_link(&root.join("README.md"), &cited, anchors) {
+                problems.push(format!("{}:{line}: cites {cited}: {p}", shown(root, &path)));
+            }
+        }
+    }
+}
+
+/// `(line, "docs/….md#anchor")` of each documentation page a source file names.
+pub(crate) fn doc_citations(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut rest = line;
+        while let Some(at) = rest.find("docs/") {
+            let before = rest[..at].chars().next_back();
+            let tail = &rest[at..];
+            let len = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || "_./-#".contains(c)))
+                .unwrap_or(tail.len());
+            let cited = tail[..len].trim_end_matches(['.', '#']);
+            let page = cited.split('#').next().unwrap_or("");
+            if page.ends_with(".md")
+                && !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '/')
+            {
+                out.push((i + 1, cited.to_string()));
+            }
+            rest = &tail[len.max(5)..];
+        }
+    }
+    out
 }
 
 fn is_external(target: &str) -> bool {
@@ -376,6 +449,20 @@ mod tests {
                 (5, "e f.md".to_string()),
                 (5, "https://x.org/y.md".to_string()),
                 (7, "w.md".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn code_citations_are_found() {
+        let t = "// see docs/src/a.md#b-c, and docs/fslog.md.\n\
+                 x = \"(docs/src/operations.md \\\"Securing\\\")\"; ../docs/openapi.yaml\n";
+        assert_eq!(
+            doc_citations(t),
+            [
+                (1, "docs/src/a.md#b-c".to_string()),
+                (1, "docs/fslog.md".to_string()),
+                (2, "docs/src/operations.md".to_string()),
             ]
         );
     }
