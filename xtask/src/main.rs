@@ -44,7 +44,7 @@ enum Task {
         /// Skip the kernel matrix (`vmtest`) and the Debian machine after the host suite.
         #[arg(long)]
         no_vm: bool,
-        /// The contributor's tier (CONTRIBUTING.md): lints, unit tests and the host's
+        /// The contributor's tier (docs/src/development/testing.md): lints, unit tests and the host's
         /// real-kernel tests, without the VMs, the soak and the bench smoke run.
         #[arg(long)]
         quick: bool,
