@@ -61,6 +61,7 @@ pub(crate) fn check(root: &Path) -> Result<()> {
         }
     }
     problems.extend(summary_problems(&root.join("docs/src")));
+    problems.extend(undocumented_metrics(root));
     for dir in CITING_DIRS {
         code_citations(root, &root.join(dir), &mut anchors, &mut problems);
     }
@@ -165,6 +166,77 @@ fn check_link(
         None
     } else {
         Some(format!("no heading #{anchor} in {}", dest.display()))
+    }
+}
+
+/// Metric families the exposition code declares (`"blkobs_…"` / `"process_…"` string
+/// literals outside comments and `#[cfg(test)]` code in observer/src/exposition/) that the
+/// metrics reference page does not name.
+fn undocumented_metrics(root: &Path) -> Vec<String> {
+    let page = "docs/src/reference/metrics.md";
+    let Ok(doc) = std::fs::read_to_string(root.join(page)) else {
+        return vec![format!("{page}: missing")];
+    };
+    let mut files = Vec::new();
+    let mut ignored = Vec::new();
+    collect_files(
+        &root.join("observer/src/exposition"),
+        "rs",
+        &mut files,
+        &mut ignored,
+    );
+    let mut names = BTreeSet::new();
+    for f in files {
+        if let Ok(text) = std::fs::read_to_string(&f) {
+            names.extend(metric_names(&text));
+        }
+    }
+    if names.is_empty() {
+        return vec!["observer/src/exposition: no metric names found".into()];
+    }
+    names
+        .into_iter()
+        .filter(|n| !doc.contains(n.as_str()))
+        .map(|n| format!("{page}: metric {n} (observer/src/exposition) is not documented"))
+        .collect()
+}
+
+/// The metric names a Rust source declares: string literals starting `blkobs_` or `process_`,
+/// outside comments and before its `#[cfg(test)]` module.
+pub(crate) fn metric_names(source: &str) -> BTreeSet<String> {
+    let code = source.split("#[cfg(test)]").next().unwrap_or("");
+    let mut out = BTreeSet::new();
+    for line in code.lines() {
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        for (i, part) in line.split('"').enumerate() {
+            let literal = i % 2 == 1;
+            if literal
+                && (part.starts_with("blkobs_") || part.starts_with("process_"))
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            {
+                out.insert(part.to_string());
+            }
+        }
+    }
+    out
+}
+
+fn collect_files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>, problems: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        problems.push(format!("{}: unreadable", dir.display()));
+        return;
+    };
+    for e in entries.filter_map(|e| e.ok()) {
+        let path = e.path();
+        if path.is_dir() {
+            collect_files(&path, ext, out, problems);
+        } else if path.extension().is_some_and(|x| x == ext) {
+            out.push(path);
+        }
     }
 }
 
@@ -450,6 +522,19 @@ mod tests {
                 (5, "https://x.org/y.md".to_string()),
                 (7, "w.md".to_string()),
             ]
+        );
+    }
+
+    #[test]
+    fn metric_names_come_from_code_not_comments_or_tests() {
+        let src = "//! `blkobs_in_a_comment` \n\
+                   const D: MetricDesc = MetricDesc { name: \"blkobs_requests_total\", help: \"blkobs_x y\" };\n\
+                   let c = class_counter(\"blkobs_slow_requests_total\", \"...\");\n\
+                   #[cfg(test)]\nmod tests { const T: &str = \"blkobs_only_in_tests\"; }\n";
+        let names: Vec<_> = metric_names(src).into_iter().collect();
+        assert_eq!(
+            names,
+            ["blkobs_requests_total", "blkobs_slow_requests_total"]
         );
     }
 
