@@ -62,6 +62,7 @@ pub(crate) fn check(root: &Path) -> Result<()> {
     }
     problems.extend(summary_problems(&root.join("docs/src")));
     problems.extend(undocumented_metrics(root));
+    problems.extend(undocumented_config_keys(root));
     for dir in CITING_DIRS {
         code_citations(root, &root.join(dir), &mut anchors, &mut problems);
     }
@@ -199,6 +200,70 @@ fn undocumented_metrics(root: &Path) -> Vec<String> {
         .filter(|n| !doc.contains(n.as_str()))
         .map(|n| format!("{page}: metric {n} (observer/src/exposition) is not documented"))
         .collect()
+}
+
+/// Config keys (fields of the `Deserialize` structs in observer/src/config/mod.rs and
+/// stalls.rs) that the configuration reference or the packaged config file does not name.
+fn undocumented_config_keys(root: &Path) -> Vec<String> {
+    let mut keys = BTreeSet::new();
+    for f in [
+        "observer/src/config/mod.rs",
+        "observer/src/config/stalls.rs",
+    ] {
+        match std::fs::read_to_string(root.join(f)) {
+            Ok(t) => keys.extend(config_keys(&t)),
+            Err(e) => return vec![format!("{f}: {e}")],
+        }
+    }
+    let mut problems = Vec::new();
+    for doc in ["docs/src/reference/config.md", "packaging/observer.toml"] {
+        let Ok(text) = std::fs::read_to_string(root.join(doc)) else {
+            problems.push(format!("{doc}: missing"));
+            continue;
+        };
+        for k in &keys {
+            if !has_word(&text, k) {
+                problems.push(format!(
+                    "{doc}: config key {k} (observer/src/config/) is not there"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Whether `word` occurs in `text` with no identifier character on either side.
+fn has_word(text: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(ident)
+            && !text[i + word.len()..].chars().next().is_some_and(ident)
+    })
+}
+
+/// The `pub` field names of the structs a source derives `Deserialize` for.
+pub(crate) fn config_keys(source: &str) -> BTreeSet<String> {
+    let code = source.split("#[cfg(test)]").next().unwrap_or("");
+    let mut out = BTreeSet::new();
+    let (mut derives, mut inside) = (false, false);
+    for line in code.lines() {
+        if line.starts_with("#[derive(") {
+            derives = line.contains("Deserialize");
+        } else if line.starts_with("pub struct ") && line.ends_with('{') {
+            inside = derives;
+            derives = false;
+        } else if line.starts_with('}') {
+            inside = false;
+        } else if inside {
+            if let Some(field) = line
+                .strip_prefix("    pub ")
+                .and_then(|f| f.split_once(':'))
+            {
+                out.insert(field.0.trim().to_string());
+            }
+        }
+    }
+    out
 }
 
 /// The metric names a Rust source declares: string literals starting `blkobs_` or `process_`,
@@ -536,6 +601,18 @@ mod tests {
             names,
             ["blkobs_requests_total", "blkobs_slow_requests_total"]
         );
+    }
+
+    #[test]
+    fn config_keys_are_the_deserialized_structs_fields() {
+        let src = "#[derive(Debug)]\npub struct NotConfig {\n    pub secret: u8,\n}\n\
+                   #[derive(Clone, Debug, Deserialize, PartialEq)]\n#[serde(default)]\n\
+                   pub struct Stalls {\n    /// Doc.\n    pub episode: Duration,\n    \
+                   pub history_requests: usize,\n    private: u8,\n}\n";
+        let keys: Vec<_> = config_keys(src).into_iter().collect();
+        assert_eq!(keys, ["episode", "history_requests"]);
+        assert!(has_word("# history_requests = 1", "history_requests"));
+        assert!(!has_word("slow_default_x = 1", "slow_default"));
     }
 
     #[test]
