@@ -232,6 +232,25 @@ fn undocumented_config_keys(root: &Path) -> Vec<String> {
     problems
 }
 
+/// `source` up to its `#[cfg(test)] mod … {` (a `#[cfg(test)]` on a single item is kept out of
+/// the way by the caller's own filters, not cut here).
+fn without_test_module(source: &str) -> &str {
+    let mut at = 0;
+    for line in source.split_inclusive('\n') {
+        let next = &source[at + line.len()..];
+        if line.trim_end() == "#[cfg(test)]"
+            && next
+                .lines()
+                .next()
+                .is_some_and(|l| l.starts_with("mod ") && l.ends_with('{'))
+        {
+            return &source[..at];
+        }
+        at += line.len();
+    }
+    source
+}
+
 /// Whether `word` occurs in `text` with no identifier character on either side.
 fn has_word(text: &str, word: &str) -> bool {
     let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
@@ -243,7 +262,7 @@ fn has_word(text: &str, word: &str) -> bool {
 
 /// The `pub` field names of the structs a source derives `Deserialize` for.
 pub(crate) fn config_keys(source: &str) -> BTreeSet<String> {
-    let code = source.split("#[cfg(test)]").next().unwrap_or("");
+    let code = without_test_module(source);
     let mut out = BTreeSet::new();
     let (mut derives, mut inside) = (false, false);
     for line in code.lines() {
@@ -269,7 +288,7 @@ pub(crate) fn config_keys(source: &str) -> BTreeSet<String> {
 /// The metric names a Rust source declares: string literals starting `blkobs_` or `process_`,
 /// outside comments and before its `#[cfg(test)]` module.
 pub(crate) fn metric_names(source: &str) -> BTreeSet<String> {
-    let code = source.split("#[cfg(test)]").next().unwrap_or("");
+    let code = without_test_module(source);
     let mut out = BTreeSet::new();
     for line in code.lines() {
         if line.trim_start().starts_with("//") {
@@ -595,7 +614,7 @@ mod tests {
         let src = "//! `blkobs_in_a_comment` \n\
                    const D: MetricDesc = MetricDesc { name: \"blkobs_requests_total\", help: \"blkobs_x y\" };\n\
                    let c = class_counter(\"blkobs_slow_requests_total\", \"...\");\n\
-                   #[cfg(test)]\nmod tests { const T: &str = \"blkobs_only_in_tests\"; }\n";
+                   #[cfg(test)]\nmod tests {\n    const T: &str = \"blkobs_only_in_tests\";\n}\n";
         let names: Vec<_> = metric_names(src).into_iter().collect();
         assert_eq!(
             names,
@@ -605,10 +624,11 @@ mod tests {
 
     #[test]
     fn config_keys_are_the_deserialized_structs_fields() {
-        let src = "#[derive(Debug)]\npub struct NotConfig {\n    pub secret: u8,\n}\n\
+        let src = "#[cfg(test)]\nmod fuzz;\n#[derive(Debug)]\npub struct NotConfig {\n    pub secret: u8,\n}\n\
                    #[derive(Clone, Debug, Deserialize, PartialEq)]\n#[serde(default)]\n\
                    pub struct Stalls {\n    /// Doc.\n    pub episode: Duration,\n    \
-                   pub history_requests: usize,\n    private: u8,\n}\n";
+                   pub history_requests: usize,\n    private: u8,\n}\n\
+                   #[cfg(test)]\nmod tests {\n#[derive(Deserialize)]\npub struct T {\n    pub t: u8,\n}\n}\n";
         let keys: Vec<_> = config_keys(src).into_iter().collect();
         assert_eq!(keys, ["episode", "history_requests"]);
         assert!(has_word("# history_requests = 1", "history_requests"));
