@@ -5,7 +5,11 @@
 //!   and mdBook make them: lowercase, whitespace to `-`, punctuation other than `-` and `_`
 //!   dropped, a repeated heading suffixed `-1`, `-2`, …);
 //! - every page under docs/src is listed in docs/src/SUMMARY.md;
-//! - README.md is at most [`README_MAX_BYTES`];
+//! - README.md is at most [`README_MAX_BYTES`] and still names `cargo xtask run` and
+//!   `cargo xtask test` (the command .ci/run runs);
+//! - every metric family of observer/src/exposition/ is named in docs/src/reference/metrics.md,
+//!   every config key of observer/src/config/ in docs/src/reference/config.md and
+//!   packaging/observer.toml, and every `docs/….md#anchor` the code cites exists;
 //! - if `mdbook` is on PATH, `mdbook build docs -d ../target/book` succeeds.
 //!
 //! Symlinked pages (docs/operations.md, docs/fslog.md: kept for old links and the code that
@@ -45,6 +49,15 @@ pub(crate) fn check(root: &Path) -> Result<()> {
         )),
         Ok(_) => {}
         Err(e) => problems.push(format!("README.md: {e}")),
+    }
+    // .ci/run runs "README's test command"; users copy the build command from it.
+    let front = std::fs::read_to_string(root.join("README.md")).unwrap_or_default();
+    for command in ["cargo xtask run", "cargo xtask test"] {
+        if !front.contains(command) {
+            problems.push(format!(
+                "README.md: no `{command}` (the documented build/test command)"
+            ));
+        }
     }
     let mut pages = vec![readme];
     collect_markdown(&root.join("docs"), &mut pages, &mut problems);
