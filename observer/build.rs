@@ -1,7 +1,7 @@
 //! Builds `observer-ebpf` for `bpfel-unknown-none` and leaves the object in OUT_DIR, from where
 //! `src/bpf/loader.rs` embeds it with `include_bytes!`: the daemon is one self-contained binary.
 //!
-//! The choice of toolchain route is made here and only here (see README "Building"):
+//! The choice of toolchain route is made here and only here (see docs/src/development/building.md):
 //! - `debian`: Debian's `rustc-web` (/usr/bin/rustc, LLVM 22) with its prebuilt `core` for
 //!   bpfel-unknown-none (package libstd-rust-web-dev-bpf), `RUSTC_BOOTSTRAP=1`. What CI uses.
 //! - `rustup`: `rustup run nightly cargo build -Z build-std=core` (needs the rust-src component).

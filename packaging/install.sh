@@ -66,7 +66,7 @@ else
 fi
 "$destdir$BIN_DIR/observer" --config "$destdir$CONF_DIR/observer.toml" --check-config >/dev/null \
   || die "the installed config $destdir$CONF_DIR/observer.toml is invalid: fix it (the message above names the key)"
-install -m 0644 "$root/docs/operations.md" "$destdir$DOC_DIR/operations.md"
+install -m 0644 "$root/docs/src/operations.md" "$destdir$DOC_DIR/operations.md"
 install -m 0644 "$here/prometheus.yml" "$destdir$DOC_DIR/prometheus.yml"
 install -m 0644 "$here/blkobs-rules.yml" "$destdir$DOC_DIR/blkobs-rules.yml"
 install -m 0644 "$here/k8s/daemonset.yaml" "$destdir$DOC_DIR/daemonset.yaml"

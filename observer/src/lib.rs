@@ -1,4 +1,4 @@
-//! `observer`: live block I/O latency observer (see README.md; the "Layout" section maps this
+//! `observer`: live block I/O latency observer (see README.md; docs/src/design/layout.md maps this
 //! tree). The binary `observer` is a thin CLI over [`daemon::run`] and [`client`].
 //!
 //! Imports flow one way, down these layers: a module uses only modules of the layers below

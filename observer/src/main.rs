@@ -18,7 +18,7 @@ struct Cli {
     /// Without a command: run the daemon.
     #[command(subcommand)]
     command: Option<Command>,
-    /// TOML configuration file (see README "Configuration"). Flags override it.
+    /// TOML configuration file (see docs/src/reference/config.md). Flags override it.
     #[arg(short, long, env = "OBSERVER_CONFIG")]
     config: Option<PathBuf>,
     /// HTTP listen address [default: 127.0.0.1:9617].

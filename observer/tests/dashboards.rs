@@ -30,11 +30,11 @@ const BUILTINS: &[(&str, &str)] = &[
 ];
 
 /// Series of one (device, class, stage) latency histogram with the default buckets: 27 `le`
-/// buckets, +Inf, `_sum`, `_count` (README "Series count").
+/// buckets, +Inf, `_sum`, `_count` (docs/src/concepts/classes.md#series-count).
 const HISTOGRAM_SERIES: usize = 30;
 
-/// At most this many series name one busy disk in the live test's workload (README "Series
-/// budget per host": the same number).
+/// At most this many series name one busy disk in the live test's workload (docs/src/operations/fleet.md#series-budget-per-host:
+/// the same number).
 const SERIES_PER_BUSY_DISK: usize = 2000;
 
 struct Dashboard {
@@ -601,7 +601,7 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
             }
         }
     }
-    // The series budget of one busy disk (README "Series budget per host"), from what
+    // The series budget of one busy disk (docs/src/operations/fleet.md#series-budget-per-host), from what
     // Prometheus stored of this scrape target: every series naming the device, by family, and
     // the latency histogram's series per (class, stage).
     let series_of = |sel: &str| -> usize {
@@ -651,7 +651,7 @@ fn every_dashboard_query_returns_data_from_real_prometheus() {
     );
     assert!(
         on_disk > 0 && on_disk <= SERIES_PER_BUSY_DISK,
-        "{on_disk} series on one busy disk: README says at most {SERIES_PER_BUSY_DISK}"
+        "{on_disk} series on one busy disk: docs/src/operations/fleet.md says at most {SERIES_PER_BUSY_DISK}"
     );
     fio.signal(libc::SIGINT);
     let _ = fio.wait_timeout(Duration::from_secs(10));

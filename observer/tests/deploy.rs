@@ -713,7 +713,7 @@ fn host_fs_status(d: &Daemon, name: &str, status: &str) -> Value {
     f
 }
 
-/// As root (the README's way): the same features as in the other two deployments, for the
+/// As root (docs/src/getting-started.md's way): the same features as in the other two deployments, for the
 /// table in docs/operations.md (log writes: tests/fslog.rs covers more layouts).
 #[test]
 fn root_features() {

@@ -396,7 +396,7 @@ fn virtio_tiny_queue_requeues() {
     );
     assert_eq!((lost, untracked), (0.0, 0.0), "{tag}: lost, untracked");
     check_classes(&after, &tag, n);
-    // A requeued request's device time runs from its first dispatch (README, "Requeued
+    // A requeued request's device time runs from its first dispatch (docs/src/concepts/stages.md, "Requeued
     // requests"): the sum equals the witness's from the first dispatch within 50 µs per request
     // on average (the programs and ftrace read the clock at different instants of one event,
     // 1 µs apart at most natively, tests/stages.rs; under TCG, with other guests running,
@@ -570,7 +570,7 @@ fn nvme_multipath_hidden_paths() {
     let (o, k) = counts(&before, &after, &head.name, &d0[0], &d1[0]);
     let (untracked, lost) = untracked_lost(&before, &after, &head.name);
     // The head: one I/O per bio fio submitted (4 KiB direct, never split), ended with the path
-    // request that carries it (README, "Stacked, bio-based disks"). Witnesses: fio's own
+    // request that carries it (docs/src/concepts/stacked-disks.md). Witnesses: fio's own
     // completed I/Os on every kernel, and the head's /proc/diskstats where the kernel accounts
     // the head at all (6.12's drivers/nvme/host/multipath.c does, nvme_mpath_start_request;
     // 5.10's and 6.1's leave it at 0).

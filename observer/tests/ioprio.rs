@@ -7,7 +7,7 @@
 //!   `prioclass=1`), `be` (2), `idle` (3) and one without a priority (no ionice). The daemon's
 //!   `blkobs_requests_total{op="write",ioprio_class=...}` equals each prioritised job's own
 //!   count plus, in exactly one class, the unprioritised job's (the class the kernel gives a
-//!   task without ionice, printed: README "I/O priority"), and equals ftrace's count per class
+//!   task without ionice, printed: docs/src/concepts/classes.md#io-priority-ioprio_class), and equals ftrace's count per class
 //!   where the tracepoint shows it.
 //! - `merges_count_in_their_requests_priority_class`: 4 KiB direct writes submitted 16 at a
 //!   time (they merge on mq-deadline) by a `be` and an `idle` fio job: per class,

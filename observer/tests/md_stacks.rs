@@ -7,7 +7,7 @@
 //! - every leg (request-based loop disks) is exact: reads, writes, discards and flushes = its
 //!   diskstats;
 //! - the top disk: nothing untracked, and its I/Os
-//!   counted by the rule README states ("Stacked, bio-based disks"): one per bio submitted to
+//!   counted by the rule docs/src/concepts/stacked-disks.md states: one per bio submitted to
 //!   it (ftrace `block_bio_queue`) plus one per piece split from such a bio that the kernel
 //!   sends on as an I/O of that disk; reads, writes and discards compared with its diskstats;
 //! - md raid1: each leg's writes labelled `log="true"` (inherited from the XFS log region of md,
@@ -429,7 +429,7 @@ fn ours(before: &Metrics, after: &Metrics, dev: &str, op: &str) -> f64 {
 /// Reads or writes of a stacked disk may be this many I/Os off the rule's ftrace count or the
 /// disk's traced bio ends: one more was counted in a few runs on 6.12 md raid10 (writes 13,439
 /// vs 13,438 in a clean-clone CI run, reads 8,446 vs 8,445 in another), not explained yet
-/// (README, "What the differences are").
+/// (docs/src/known-limits.md#stacked-disks).
 const STRAY: f64 = 2.0;
 
 fn run(what: &str, make: impl FnOnce() -> Stack) {
@@ -593,9 +593,9 @@ fn run(what: &str, make: impl FnOnce() -> Stack) {
             continue;
         }
         // The stacked disks: nothing left behind (no fake stuck I/O), nothing lost or
-        // untracked (every bio whose end the kernel hides is ended by the rule README states),
+        // untracked (every bio whose end the kernel hides is ended by the rule docs/src/concepts/stacked-disks.md states),
         // and reads, writes and discards as the disk's own diskstats count them or, where
-        // md's and dm's accounting differs (README, "Stacked, bio-based disks": pieces md
+        // md's and dm's accounting differs (docs/src/accuracy.md#stacked-disks: pieces md
         // splits without a trace, PREFLUSH bios 6.x md does not account, discards md counts
         // per leg piece, dm counting a PREFLUSH write twice or a bio it trims in place), as
         // ftrace's block_bio_queue + block_split (of new bios: not in place) count them on
@@ -625,7 +625,7 @@ fn run(what: &str, make: impl FnOnce() -> Stack) {
         };
         let split = ["block_bio_queue", "block_split"];
         // Writes: ours count write-zeroes too (rwbs `N` on 5.10, `WZ` later). A discard is one
-        // I/O however md cuts it: its pieces are no I/Os (README). Each op is asserted equal
+        // I/O however md cuts it: its pieces are no I/Os (docs/src/concepts/stacked-disks.md). Each op is asserted equal
         // to one of three witnesses: the disk's diskstats; the rule's ftrace count
         // (block_bio_queue + block_split of new bios); or ftrace's count of the disk's bio
         // ends (block_bio_complete: on kernels that trace every bio's end, chained pieces
@@ -663,7 +663,7 @@ fn run(what: &str, make: impl FnOnce() -> Stack) {
                     " (NEITHER)"
                 }
             );
-            // Reads and writes within STRAY of the rule's or the ends' count (README: a
+            // Reads and writes within STRAY of the rule's or the ends' count (docs/src/known-limits.md#stacked-disks: a
             // single extra I/O in a few runs on 6.12 md raid10, not explained yet).
             let near = |x: f64| op != "discards" && (ours - x).abs() <= STRAY;
             if ours != theirs && ours != t && (ours != ends || op == "discards") {
@@ -781,8 +781,8 @@ fn md_raid0_xfs() {
 }
 
 /// md raid0 with writes that cross chunk boundaries at unaligned offsets, where 5.10's md
-/// splits pieces of pieces and sends the md bio itself down (README, "What the differences
-/// are", 5.10 raid0): direct 1 MiB writes, `fallocate -z` and `blkdiscard -z` zero-outs (the
+/// splits pieces of pieces and sends the md bio itself down (docs/src/accuracy.md#stacked-disks,
+/// 5.10 raid0): direct 1 MiB writes, `fallocate -z` and `blkdiscard -z` zero-outs (the
 /// loop legs refuse WRITE_ZEROES, so the kernel falls back to chained writes of zeroes; the
 /// 64 MiB one, 4,096 writes of 16 KiB, is where a piece's stale `SPLIT_PIECES` entry made a
 /// parent count one short: 4 of 10 rounds before observer-ebpf inflight.rs `split_done`),

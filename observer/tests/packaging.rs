@@ -1,5 +1,5 @@
 //! Packaging and operation files: the systemd unit (`systemd-analyze verify` clean, security
-//! exposure ≤ 1.7 as README says, its syscall filter and address families cover every syscall the real daemon
+//! exposure ≤ 1.7 as docs/src/operations.md#systemd-analyze says, its syscall filter and address families cover every syscall the real daemon
 //! makes under strace), packaging/install.sh (staged install), the default config, the
 //! Prometheus example (promtool), the Kubernetes DaemonSet (kubernetes-validate against the
 //! Kubernetes schema) and the Grafana provisioning examples.
@@ -18,8 +18,8 @@ use std::{
 use support::*;
 
 const UNIT: &str = "packaging/observer.service";
-/// README's number ("Running it as a service": exposure 1.7): a unit that loosens its sandbox
-/// fails here before README is wrong.
+/// The documented number (docs/src/operations.md#systemd-analyze: exposure 1.7): a unit that
+/// loosens its sandbox fails here before the documentation is wrong.
 const SECURITY_LIMIT: f64 = 1.7;
 
 fn read(rel: &str) -> String {

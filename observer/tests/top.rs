@@ -13,11 +13,11 @@ use support::*;
 
 /// How far the busier disk's reads in `observer top`'s interval (IOPS × interval) may be
 /// from its /proc/diskstats reads: the rounding of the IOPS column to a whole number,
-/// 0.5 requests/s × the interval (README "observer top").
+/// 0.5 requests/s × the interval (docs/src/reference/cli.md#observer-top-the-live-view).
 const IOPS_ROUNDING: f64 = 0.5;
 
 /// How far `observer top`'s D2C p50 of one request may be from that request's own device
-/// time: the width of a kernel bucket, at most 12.5 % of its lower edge (README "Buckets").
+/// time: the width of a kernel bucket, at most 12.5 % of its lower edge (docs/src/concepts/classes.md#buckets).
 const D2C_BUCKET: f64 = 0.125;
 
 /// A background process killed (by its pid) and reaped on drop.

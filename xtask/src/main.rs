@@ -1,10 +1,11 @@
-//! Project tasks: `cargo xtask provision | build | run | test | vmtest | machine | bench`.
+//! Project tasks: `cargo xtask provision | build | run | test | vmtest | machine | bench | docs`.
 //!
 //! Every task that builds first runs `scripts/provision.sh` (idempotent), so the two README
 //! commands work on a fresh Debian machine.
 
 mod apt_mirror;
 mod bench;
+mod docs;
 mod machine;
 mod suite;
 mod vm;
@@ -43,7 +44,7 @@ enum Task {
         /// Skip the kernel matrix (`vmtest`) and the Debian machine after the host suite.
         #[arg(long)]
         no_vm: bool,
-        /// The contributor's tier (CONTRIBUTING.md): lints, unit tests and the host's
+        /// The contributor's tier (docs/src/development/testing.md): lints, unit tests and the host's
         /// real-kernel tests, without the VMs, the soak and the bench smoke run.
         #[arg(long)]
         quick: bool,
@@ -65,6 +66,9 @@ enum Task {
     Machine(machine::MachineArgs),
     /// Provision, build, then measure tracing overhead with fio (see BENCHMARKS.md). Needs root.
     Bench(bench::BenchArgs),
+    /// Check the documentation: links and anchors in README.md and docs/, every book page in
+    /// docs/src/SUMMARY.md, README.md's size, and `mdbook build` when mdbook is installed.
+    Docs,
     /// Provision, then run the soak test (observer/tests/soak.rs: load, device churn, reloads,
     /// scrapes; resources and exact counts checked at the end) for this long. The suite runs it
     /// for 1 minute. Needs root.
@@ -125,6 +129,7 @@ fn report_skips(log: &Path, allow: bool) -> Result<()> {
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Provision => provision(),
+        Task::Docs => docs::check(&root()),
         Task::Soak { minutes } => {
             provision()?;
             run(cargo()

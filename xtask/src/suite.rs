@@ -291,6 +291,20 @@ pub fn all(root: &Path, o: Options) -> Result<()> {
         "fmt --check",
         crate::cargo().args(["fmt", "--all", "--check"]),
     );
+    // A Rust function, not a command: recorded the way step() records one.
+    let t = Instant::now();
+    let docs = crate::docs::check(root)
+        .map_err(|e| eprintln!("docs: {e:#}"))
+        .is_ok();
+    table.add(
+        "docs",
+        "host",
+        Cell {
+            ok: docs,
+            secs: t.elapsed().as_secs_f64(),
+            failed: Vec::new(),
+        },
+    );
     step(
         &mut table,
         "clippy (host crates)",

@@ -247,7 +247,7 @@ pub fn run_with(root: &Path, mut args: VmArgs, then: Vec<Job>) -> Result<()> {
         .collect();
     if args.cmd.is_empty() && !skipped.is_empty() {
         eprintln!(
-            "\n[vm] ######## {} guest test(s) NOT RUN in the matrix (open defects, README):",
+            "\n[vm] ######## {} guest test(s) NOT RUN in the matrix (open defects, docs/src/known-limits.md):",
             skipped.len()
         );
         for (kernel, file, test, why) in skipped {
@@ -382,7 +382,7 @@ const GUEST_TESTS: [&str; 12] = [
 ];
 
 /// Guest tests left out of the matrix on one kernel (kernel label, file, test, why), each an
-/// open defect that README's "Stacked, bio-based disks" states with its numbers; the run names
+/// open defect that docs/src/known-limits.md#stacked-disks states with its numbers; the run names
 /// them loudly. Run one with
 /// `cargo xtask vmtest --kernel <label> -- target/debug/deps/<file>-<hash> --include-ignored <test>`.
 pub(crate) const GUEST_SKIPS: [(&str, &str, &str, &str); 0] = [];

@@ -401,7 +401,7 @@ mod tests {
     }
 
     /// The function /histograms and `observer report` use, against the exact percentile of the
-    /// samples it was given: within 10 % (README's claim; buckets are ≤ 12.5 % wide).
+    /// samples it was given: within 10 % (docs/src/accuracy.md#histograms-and-views; buckets are ≤ 12.5 % wide).
     #[test]
     fn percentile_within_ten_percent_of_the_samples() {
         let mut ns = samples(20_000);

@@ -111,4 +111,23 @@ mod tests {
             .to_string();
         assert!(e.contains("episode"), "{e}");
     }
+
+    /// packaging/observer.toml shows `[stalls]` commented: uncommented, its keys parse and are
+    /// the defaults (but for the `slow.flush` line, which it marks as an example).
+    #[test]
+    fn packaged_stalls_block_is_the_defaults() {
+        let packaged = include_str!("../../../packaging/observer.toml");
+        let start = packaged.find("# [stalls]\n").expect("a commented [stalls] section");
+        let block: String = packaged[start..]
+            .lines()
+            .take_while(|l| !l.starts_with('['))
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| l.starts_with("[stalls]") || l.split(' ').nth(1) == Some("="))
+            .filter(|l| !l.starts_with("slow.flush"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(block.contains("history_episodes"), "{block}");
+        let c = Config::from_toml(&block, "packaged").unwrap();
+        assert_eq!(c.stalls, super::Stalls::default(), "{block}");
+    }
 }

@@ -212,7 +212,7 @@ pub fn end_to_end_with(
     );
     // In the matrix's kernels: none. On the development host's kernel, exactly those whose
     // completion ran on top of a thread of PID 1, for which that kernel runs no BPF program
-    // (tests/lost.rs; README, "Lost completions").
+    // (tests/lost.rs; docs/src/design/how-it-works.md#lost-completions).
     let total: f64 = OPS.iter().map(|op| ours(op)).sum();
     let allowed = if std::env::var_os("BLKOBS_VM").is_some() {
         0.0

@@ -163,7 +163,7 @@ pub struct Seen {
     pub log_false: f64,
     /// The disk's writes completed without an entry (`blkobs_untracked_completions_total`,
     /// delta): traced at `block_io_start`, but the entry program did not run for them (on the
-    /// development host's kernel, none runs in PID 1's threads: README, "Lost completions").
+    /// development host's kernel, none runs in PID 1's threads: docs/src/design/how-it-works.md#lost-completions).
     pub untracked: f64,
     /// The disk's completions counted lost (`blkobs_lost_completions_total`, delta) and the
     /// kernel's recursion misses of the observer's programs (all, delta): printed, to tell a

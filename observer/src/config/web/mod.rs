@@ -439,14 +439,14 @@ mod tests {
         );
     }
 
-    /// The example in docs/operations.md "Securing the endpoint" loads (with this PKI's files
+    /// The example in docs/src/operations.md "Securing the endpoint" loads (with this PKI's files
     /// where it names its own), and its hash is of the password its comment says.
     #[test]
     fn the_documented_example_loads() {
         let f = Files::new();
         let doc = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../docs/operations.md"
+            "/../docs/src/operations.md"
         ))
         .unwrap();
         let section = doc.split("## Securing the endpoint").nth(1).unwrap();
