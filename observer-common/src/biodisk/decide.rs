@@ -44,6 +44,32 @@ fn reverted(fix: Fix) -> bool {
     REVERTED.with(|r| r.get() == Some(fix))
 }
 
+#[cfg(test)]
+std::thread_local! {
+    static KEEP_FIRST: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Runs `f` with a proposed change (not in the programs): [`end_remapped`] sets the
+/// `PARENTS_KEPT` latch, then keeps the ended parent, then deletes its entry, so that no
+/// piece remapped in between finds neither (or finds it kept while split_done is off).
+#[cfg(test)]
+pub fn with_keep_first<T>(f: impl FnOnce() -> T) -> T {
+    KEEP_FIRST.with(|r| r.set(true));
+    let out = f();
+    KEEP_FIRST.with(|r| r.set(false));
+    out
+}
+
+#[cfg(test)]
+fn keep_first() -> bool {
+    KEEP_FIRST.with(|r| r.get())
+}
+
+#[cfg(not(test))]
+const fn keep_first() -> bool {
+    false
+}
+
 macro_rules! kept {
     ($fix:ident) => {{
         #[cfg(test)]
@@ -295,6 +321,9 @@ pub fn on_entry(
             folded_bytes: 0,
         });
     }
+    // `link` looks the parent up after `fold` deleted the child: a parent at the folded
+    // child's address (freed, and reused by the next bio of the chain) is not live.
+    let parent_live = parent_live && fold_of != Some(r.private);
     if !r.private.is_null() && !parent_live {
         plan.push(Action::Link {
             next: r.private,
@@ -505,9 +534,16 @@ pub fn end_remapped(bio: BioPtr, e: &BioEntry, now: Nanos, status: u8) -> Plan {
     if e.end_by != EndBy::Remapped {
         return plan;
     }
+    if keep_first() && e.pieces > 0 {
+        // The latch first: split_done must run for any piece that can find the kept parent.
+        plan.push(Action::Learn(Latch::ParentsKept));
+        plan.push(Action::KeepEnded { bio, entry: *e });
+    }
+    // As the programs do: deleted, then kept (a grandchild remapped in between finds
+    // neither: a model finding, docs/design/stacked-disks.md).
     plan.push(Action::Remove { bio });
     plan.push(Action::RemappedLive(-1));
-    if e.pieces > 0 {
+    if e.pieces > 0 && !keep_first() {
         plan.push(Action::KeepEnded { bio, entry: *e });
         plan.push(Action::Learn(Latch::ParentsKept));
     }
