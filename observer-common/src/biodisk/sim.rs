@@ -815,6 +815,7 @@ impl Sim {
                 let off = self.bios[b].sector % chunk;
                 let room = chunk - off;
                 if self.bios[b].sectors > room {
+                    // F12: the front goes down, the rest is resubmitted (untraced, F1).
                     let p = self.split(c, b, room, self.kernel.md_split_traced());
                     self.ctxs[c].ops.push_back(KOp::Submit(b));
                     b = p;
@@ -908,6 +909,7 @@ impl Sim {
             return self.exec(c, op);
         }
         if !self.ctxs[c].list.is_empty() {
+            // F11: current->bio_list, taken in any order.
             let n = self.ctxs[c].list.len();
             let i = self.rng.below(n);
             let b = self.ctxs[c].list.swap_remove(i);
