@@ -254,17 +254,31 @@ pub struct FoldView {
     pub child: Found,
 }
 
-/// `block_bio_queue` on a bio-based disk (inflight.rs `enter_bio`, chain.rs `link`, `fold`):
-/// `old` is `INFLIGHT[bio]`, `parent_live` whether `INFLIGHT[bi_private]` is live (F4).
-pub fn on_entry(
-    r: &BioRead,
-    disk: DiskDev,
-    now: Nanos,
-    old: Found,
-    fold: FoldView,
-    parent_live: bool,
-    learned: Learned,
-) -> Plan {
+/// What `enter_bio` reads besides the bio: its disk, the time, `INFLIGHT[bio]`, the fold's
+/// lookups and whether `INFLIGHT[bi_private]` is live (any live entry, `is_live`: F4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Entering {
+    /// The bio-based disk it enters.
+    pub disk: DiskDev,
+    /// `bpf_ktime_get_ns`.
+    pub now: Nanos,
+    /// `INFLIGHT[bio]`.
+    pub old: Found,
+    /// `CHAINED[bio]` and its child's entry.
+    pub fold: FoldView,
+    /// Whether `INFLIGHT[bi_private]` is live.
+    pub parent_live: bool,
+}
+
+/// `block_bio_queue` on a bio-based disk (inflight.rs `enter_bio`, chain.rs `link`, `fold`).
+pub fn on_entry(r: &BioRead, at: &Entering, learned: Learned) -> Plan {
+    let Entering {
+        disk,
+        now,
+        old,
+        fold,
+        parent_live,
+    } = *at;
     let mut plan = Plan::new();
     plan.push(Action::ForgetEnded { bio: r.bio });
     if let Found::Live(o) = old {
@@ -383,16 +397,20 @@ fn unlink(plan: &mut Plan, r: &BioRead, own: Option<&BioEntry>, a: &Ancestry, le
     }
 }
 
-/// `block_bio_remap` of `r` onto a disk of `to` kind from `from` (probes/bio_remap.rs):
-/// `own` is `INFLIGHT[bio]`.
-pub fn on_remap(
-    r: &BioRead,
-    to: DiskKind,
-    from: RemapFrom,
-    own: Found,
-    a: &Ancestry,
-    learned: Learned,
-) -> Plan {
+/// What `block_bio_remap` says and `INFLIGHT[bio]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Remapping {
+    /// The kind of disk the bio is on now.
+    pub to: DiskKind,
+    /// Where it came from.
+    pub from: RemapFrom,
+    /// `INFLIGHT[bio]`.
+    pub own: Found,
+}
+
+/// `block_bio_remap` of `r` (probes/bio_remap.rs).
+pub fn on_remap(r: &BioRead, at: &Remapping, a: &Ancestry, learned: Learned) -> Plan {
+    let Remapping { to, from, own } = *at;
     let mut plan = Plan::new();
     if to == DiskKind::BioBased {
         // Its end is traced there (F1).
@@ -714,15 +732,14 @@ mod tests {
             }),
             child: Found::Live(c),
         };
-        let plan = on_entry(
-            &r,
-            MD,
-            Nanos(200),
-            Found::Absent,
+        let at = Entering {
+            disk: MD,
+            now: Nanos(200),
+            old: Found::Absent,
             fold,
-            false,
-            Learned::default(),
-        );
+            parent_live: false,
+        };
+        let plan = on_entry(&r, &at, Learned::default());
         let acts: std::vec::Vec<_> = plan.iter().copied().collect();
         assert!(
             matches!(acts[1], Action::Put { entry, .. } if entry.pieces == 1 && entry.folded_bytes == 1 << 20)
@@ -740,10 +757,7 @@ mod tests {
             chained_ends_traced: true,
             ..Learned::default()
         };
-        assert_eq!(
-            on_entry(&r, MD, Nanos(200), Found::Absent, fold, false, learned).len(),
-            2
-        );
+        assert_eq!(on_entry(&r, &at, learned).len(), 2);
     }
 
     #[test]

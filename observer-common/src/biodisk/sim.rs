@@ -515,7 +515,14 @@ impl Sim {
                     child: link.map(|k| self.found(k.child)).unwrap_or_default(),
                 };
                 let parent_live = self.found(r.private).live().is_some();
-                let plan = on_entry(&r, d, now, old, fold, parent_live, l);
+                let at = Entering {
+                    disk: d,
+                    now,
+                    old,
+                    fold,
+                    parent_live,
+                };
+                let plan = on_entry(&r, &at, l);
                 self.steps(c, plan);
             }
             Step::Split(r) => {
@@ -525,7 +532,12 @@ impl Sim {
             }
             Step::Remap(r, kind, from) => {
                 let a = self.ancestry(&r);
-                let plan = on_remap(&r, kind, from, self.found(r.bio), &a, l);
+                let at = Remapping {
+                    to: kind,
+                    from,
+                    own: self.found(r.bio),
+                };
+                let plan = on_remap(&r, &at, &a, l);
                 self.steps(c, plan);
             }
             Step::EndOwn(r, d) => {
