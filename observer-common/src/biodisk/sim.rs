@@ -1136,7 +1136,7 @@ mod tests {
     use super::scenarios::*;
     use super::*;
     use proptest::prelude::*;
-    use proptest::test_runner::{Config, TestRunner};
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
     const KERNELS: [Kernel; 3] = [Kernel::V5_10, Kernel::V6_1, Kernel::V6_12];
     /// Generated cases per scenario and mode.
@@ -1222,11 +1222,17 @@ mod tests {
         check: fn(&Outcome) -> Result<(), std::string::String>,
     ) {
         let b = build(name);
-        let mut runner = TestRunner::new(Config {
+        let config = Config {
             cases: CASES,
             failure_persistence: None,
             ..Config::default()
-        });
+        };
+        // The same cases on every run (CI); BIODISK_RANDOM=1 draws new ones.
+        let mut runner = if std::env::var_os("BIODISK_RANDOM").is_some() {
+            TestRunner::new(config)
+        } else {
+            TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha))
+        };
         runner
             .run(&knobs(tasks), |k| {
                 let out = run(&k, rmw, b(&k));
@@ -1264,10 +1270,14 @@ mod tests {
         whole_discards_md_raid0: "discards_md_raid0", 1..2;
     }
 
-    /// md raid10 zero-outs: every I/O the rule has is counted, but for pieces of bios folded
-    /// too deep for `tracked_parent` (6.x before the latch), each one counted untracked.
+    /// md raid10 zero-outs (md splits each chained bio, F12): never more than the rule,
+    /// nothing lost or left; a count short of the rule comes with an untracked end (a piece
+    /// of a bio folded too deep for `tracked_parent`, 6.x before the latch; rarely one more
+    /// short besides: `finding_6_1_untraced_piece_of_folded_bio`). On 6.12 (traced splits)
+    /// the piece is also in the count its bio's fold carried: exact I/Os, an untracked end
+    /// besides.
     #[test]
-    fn whole_zero_outs_md_raid10_misses_only_deep_folds() {
+    fn whole_zero_outs_md_raid10_misses_only_in_deep_folds() {
         property("zero_outs_md_raid10", Rmw::Whole, 1..2, |o| {
             let t = o.counted.values().fold(Tally::default(), |a, t| Tally {
                 ios: a.ios + t.ios,
@@ -1276,10 +1286,7 @@ mod tests {
                 anomalies: a.anomalies + t.anomalies,
             });
             let want: u64 = o.expected.values().sum();
-            // 6.1 (untraced splits): one short per untracked end; 6.12 (traced splits): the
-            // piece is also in the count its bio's fold carried, so the I/Os are exact.
-            let rule = t.ios + t.untracked == want || (t.ios == want && t.untracked > 0);
-            if (t.ios == want || rule) && t.lost == 0 && o.left == 0 {
+            if t.ios <= want && (t.ios == want || t.untracked > 0) && t.lost == 0 && o.left == 0 {
                 Ok(())
             } else {
                 Err(std::format!("{o:?}"))
@@ -1459,6 +1466,27 @@ mod tests {
         assert!(k.is_some());
     }
 
+    /// Finding (what 3c60cee's "a grandparent holds a piece's count only if the piece's parent
+    /// counted it" was for): on 6.1, an untraced md piece of a chained bio folded into the next
+    /// finds the next bio as its grandparent, `folded_into` says it holds the piece, and the
+    /// piece takes one of the folded bios out of that count: one silently short, besides the
+    /// untracked ends.
+    #[test]
+    fn finding_6_1_untraced_piece_of_folded_bio() {
+        // Found by whole_zero_outs_md_raid10_misses_only_in_deep_folds before it allowed this
+        // (about 1 in 30,000 cases): a chain of 5 bios, 2 pieces untracked, 1 more short.
+        let k = Knobs {
+            seed: 4598938151096018790,
+            kernel: Kernel::V6_1,
+            tasks: 1,
+            bios: 1,
+            shape: 3414282730731860327,
+        };
+        let o = run(&k, Rmw::Whole, build("zero_outs_md_raid10")(&k));
+        let t = o.counted[&md(0)];
+        assert_eq!((t.ios, t.untracked, o.expected[&md(0)]), (7, 2, 10));
+    }
+
     /// Finding (new): a remapped md bio's end deletes its INFLIGHT entry before it keeps it in
     /// ENDED_PARENTS; a grandchild remapped in between on the submitting CPU finds neither and
     /// is not counted (5.10 md raid0: -1). Keeping it first closes the window in the model.
@@ -1495,7 +1523,8 @@ mod tests {
         assert!(k.is_some());
     }
 
-    /// One case, traced: BIODISK_CASE="scenario kernel(0..3) seed tasks bios shape [split|atomic]".
+    /// One case, traced: BIODISK_CASE="scenario kernel(0..3) seed tasks bios shape
+    /// [split|atomic|whole] [keep|<Fix to revert>]".
     #[test]
     #[ignore]
     fn one() {
@@ -1518,10 +1547,25 @@ mod tests {
         std::println!("{tasks:?}");
         let mut sim = Sim::new(k.kernel, rmw, disks, tasks, k.seed);
         sim.trace = true;
-        let out = if f.get(7) == Some(&"keep") {
-            with_keep_first(|| sim.run())
-        } else {
-            sim.run()
+        // An 8th word: "keep" (the proposal) or a fix to revert (`Fix` by name).
+        let out = match f.get(7).copied() {
+            Some("keep") => with_keep_first(|| sim.run()),
+            Some(name) => {
+                let fix = [
+                    Fix::SplitDone,
+                    Fix::RemappedParentHolds,
+                    Fix::PartitionOnce,
+                    Fix::DeleteOwnsEnd,
+                    Fix::SplitPiecesOnly,
+                    Fix::CloneCovers,
+                    Fix::EndedParentStops,
+                ]
+                .into_iter()
+                .find(|x| std::format!("{x:?}") == name)
+                .unwrap();
+                with_reverted(fix, || sim.run())
+            }
+            None => sim.run(),
         };
         std::println!("{out:?} {:?}", out.exact());
     }
