@@ -9,6 +9,7 @@
 //! recorded, clock anomalies, final completions, slow requests, stalls, dispatch after requeue).
 #![cfg_attr(not(test), no_std)]
 
+pub mod biodisk;
 pub mod blktrace;
 pub mod class;
 pub mod dispatch;
