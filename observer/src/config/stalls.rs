@@ -117,7 +117,9 @@ mod tests {
     #[test]
     fn packaged_stalls_block_is_the_defaults() {
         let packaged = include_str!("../../../packaging/observer.toml");
-        let start = packaged.find("# [stalls]\n").expect("a commented [stalls] section");
+        let start = packaged
+            .find("# [stalls]\n")
+            .expect("a commented [stalls] section");
         let block: String = packaged[start..]
             .lines()
             .take_while(|l| !l.starts_with('['))
