@@ -5,11 +5,11 @@
 //! value that differs between kernels is a field here instead of a constant in the programs.
 
 /// Offsets (bytes) and values read from kernel BTF. Set once before load; the verifier sees the
-/// values as constants (the global lives in `.rodata`). 42 `u32` fields then one `u64`: no
+/// values as constants (the global lives in `.rodata`). 42 `u32` fields, a 256-byte table, then one `u64`: no
 /// implicit padding, since the struct is copied into the object byte for byte (add `u32`
 /// fields in pairs; a compile-time check below).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelLayout {
     /// `struct request::q` (`struct request_queue *`).
     pub rq_q: u32,
@@ -127,10 +127,20 @@ pub struct KernelLayout {
     /// 1 when the programs run as `tp_btf`: struct fields are then read with direct loads,
     /// which the verifier checks against BTF; 0 (raw_tp) uses `bpf_probe_read_kernel`.
     pub direct_loads: u32,
+    /// The running kernel's op numbers (`cmd_flags & op_mask`) mapped to [`crate::class::Op`]
+    /// codes ([`crate::class::op_table`], from `enum req_op` by name); [`crate::class::op_of`]
+    /// reads it.
+    pub op_codes: [u8; 256],
     /// CLOCK_MONOTONIC (ns) just before the programs were loaded. On kernels without
     /// `block_io_start`, a request first seen at its completion is counted with its latency
     /// only if its `start_time_ns` is later than this (it cannot have been in flight before).
     pub loaded_ns: u64,
+}
+
+impl Default for KernelLayout {
+    fn default() -> Self {
+        Self::ZERO
+    }
 }
 
 impl KernelLayout {
@@ -178,12 +188,14 @@ impl KernelLayout {
         rq_ioprio: 0,
         bio_ioprio: 0,
         direct_loads: 0,
+        op_codes: [0; crate::class::OP_TABLE_LEN],
         loaded_ns: 0,
     };
 }
 
-// No implicit padding: 42 × 4 bytes, then the u64.
-const _: () = assert!(core::mem::size_of::<KernelLayout>() == 42 * 4 + 8);
+// No implicit padding: 42 × 4 bytes, the op table, then the u64.
+const _: () =
+    assert!(core::mem::size_of::<KernelLayout>() == 42 * 4 + crate::class::OP_TABLE_LEN + 8);
 
 /// Offsets (bytes) of the chain from a bio's first page to the file whose data it carries,
 /// read from kernel BTF by the daemon (observer/src/bpf/btf.rs `file_layout`) and used only for

@@ -13,7 +13,7 @@
 //! - Requeues on a 16-entry virtio-blk queue: `blkobs_requeues_total` = ftrace's
 //!   `block_rq_requeue` count on the disk, > 0; requests = diskstats.
 //! - Passthrough requests (virtio-blk's GET_ID, one per read of `serial`): each completes as
-//!   a request of op `other`, = ftrace's `block_rq_complete`, nothing lost or left in flight.
+//!   a request of op `drv_in`, = ftrace's `block_rq_complete`, nothing lost or left in flight.
 //! - NVMe multipath: the hidden path disks `nvmeXcYnZ` under the bio-based head have names,
 //!   slots and series of their own; the active path's requests = its diskstats, nothing
 //!   unindexed. The head's own (bio-based) counts = fio's completed I/Os, and = its
@@ -435,7 +435,7 @@ fn virtio_tiny_queue_requeues() {
 /// Passthrough requests (`blk_execute_rq`: SG_IO, NVMe passthrough, and here virtio-blk's
 /// GET_ID, the 20-byte driver-private request every read of `/sys/block/vdX/serial` sends,
 /// drivers/block/virtio_blk.c `virtblk_get_id`) carry an `end_io` and are never in a flush
-/// sequence. Each one completes as a request of op `other` (rwbs `N`): as many as ftrace's
+/// sequence. Each one completes as a request of op `drv_in` (rwbs `N`): as many as ftrace's
 /// `block_rq_complete` of rwbs `N` on the disk, none lost, untracked, stale or left in
 /// `/inflight`. /proc/diskstats does not account passthrough requests: ftrace is the witness.
 /// (Kernels whose BTF lacks RQF_FLUSH_SEQ, 5.10 and 6.1, took `end_io` alone for a flush
@@ -468,7 +468,7 @@ fn passthrough_requests_complete() {
     daemon.wait_settled(&[n]);
     let ftrace = trace.stop().iter().filter(|e| e.rwbs() == "N").count() as f64;
     let after = daemon.scrape();
-    let ours = ours(&before, &after, n, "other");
+    let ours = ours(&before, &after, n, "drv_in");
     let (untracked, lost) = untracked_lost(&before, &after, n);
     let stale = after.sum("blkobs_stale_requests_total", &[])
         - before.sum("blkobs_stale_requests_total", &[]);
@@ -476,13 +476,13 @@ fn passthrough_requests_complete() {
         .as_array()
         .map_or(0, Vec::len);
     eprintln!(
-        "{tag}: {READS} serial reads | ftrace block_rq_complete N {ftrace} | observer op=other {ours} lost={lost} untracked={untracked} stale={stale} left={left}"
+        "{tag}: {READS} serial reads | ftrace block_rq_complete N {ftrace} | observer op=drv_in {ours} lost={lost} untracked={untracked} stale={stale} left={left}"
     );
     assert_eq!(
         ftrace, READS as f64,
         "{tag}: premise: one GET_ID request per serial read"
     );
-    assert_eq!(ours, ftrace, "{tag}: requests of op other vs ftrace");
+    assert_eq!(ours, ftrace, "{tag}: requests of op drv_in vs ftrace");
     assert_eq!(
         (lost, untracked, stale, left),
         (0.0, 0.0, 0.0, 0),

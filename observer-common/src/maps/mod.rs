@@ -91,7 +91,10 @@ const _: () = assert!(
             + core::mem::size_of::<crate::dispatch::DispatchHist>()
 );
 const _: () = assert!(core::mem::size_of::<ErrorKey>() == 4 + 2 + 1 + 1);
-const _: () = assert!(core::mem::size_of::<Settings>() == 6 * crate::Stage::COUNT * 8 + 4 * 8);
+const _: () = assert!(
+    core::mem::size_of::<Settings>()
+        == crate::class::Op::ALL.len() * crate::Stage::COUNT * 8 + 4 * 8
+);
 const _: () =
     assert!(core::mem::size_of::<DevState>() == 4 + 4 + 8 + 8 + 4 + 2 + 2 + 64 + 4 + 4 + 8 + 80);
 // The two sides of a DevState never share a 64-byte line (its docs).

@@ -97,7 +97,7 @@ pub struct ErrorKey {
 pub struct Settings {
     /// Slow-request thresholds (ns) per [`crate::class::Op`] code and [`Stage`] index:
     /// a completed request is reported when any stage exceeds its threshold. 0 disables a stage.
-    pub slow_ns: [[u64; Stage::COUNT]; 6],
+    pub slow_ns: [[u64; Stage::COUNT]; crate::class::Op::ALL.len()],
     /// A stall episode is reported when a device goes longer than this (ns) without completing
     /// (or dispatching) while it has requests outstanding (or queued).
     pub stall_ns: u64,

@@ -158,6 +158,24 @@ impl KernelBtf {
         found
     }
 
+    /// Every enumerator (name, value) of the enum that holds `member`, e.g. all of `enum
+    /// req_op` from `REQ_OP_READ`; empty when no enum has it.
+    pub fn enum_of(&self, member: &str) -> Vec<(String, u32)> {
+        let mut types = self.btf.type_iter();
+        while let Ok(Some(ty)) = types.next() {
+            let Type::Enum(e) = ty else { continue };
+            let names: Vec<(String, u32)> = e
+                .members
+                .iter()
+                .filter_map(|m| Some((self.btf.resolve_name(m).ok()?, m.val())))
+                .collect();
+            if names.iter().any(|(n, _)| n == member) {
+                return names;
+            }
+        }
+        Vec::new()
+    }
+
     /// Names of the pointee types of a tracepoint's arguments (without the leading `void *`),
     /// e.g. `["request"]` for block_rq_issue on 6.x. `None` if the kernel lacks the tracepoint.
     pub fn tracepoint_args(&self, tp: &str) -> Option<Vec<String>> {
@@ -295,7 +313,18 @@ impl KernelBtf {
                 self.member_offset("block_device", "bd_disk")?,
             ),
         };
+        let ops = self.enum_of("REQ_OP_READ");
+        let (op_codes, unlisted) =
+            observer_common::class::op_table(ops.iter().map(|(name, val)| (name.as_str(), *val)));
+        for (name, val) in unlisted.into_iter().flatten() {
+            tracing::warn!(
+                op = name,
+                number = val,
+                "the kernel has a request op this observer does not know: counted as op=\"unknown\""
+            );
+        }
         Ok(KernelLayout {
+            op_codes,
             rq_q: self.member_offset("request", "q")?,
             rq_cmd_flags: self.member_offset("request", "cmd_flags")?,
             rq_rq_flags: self.member_offset("request", "rq_flags")?,

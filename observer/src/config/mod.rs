@@ -400,7 +400,8 @@ impl Config {
                 return Err(ConfigError::Invalid {
                     key: "stalls.slow",
                     problem: format!(
-                        "unknown op {op:?}: use read, write, flush, discard, write_zeroes or other"
+                        "unknown op {op:?}: use one of {}",
+                        observer_common::class::Op::ALL.map(|o| o.name()).join(", ")
                     ),
                 });
             }

@@ -30,7 +30,7 @@ pub struct Stalls {
     pub episode: Duration,
     /// Slow thresholds for every op unless overridden in `[stalls.slow.<op>]`.
     pub slow_default: StageThresholds,
-    /// Per-op overrides: keys `read`, `write`, `flush`, `discard`, `write_zeroes`, `other`.
+    /// Per-op overrides, keyed by the `op` label (`read`, `write`, `flush`, `zone_append`, ...).
     pub slow: std::collections::BTreeMap<String, StageThresholds>,
     /// Slow requests kept in memory (oldest dropped first, counted in /metrics).
     pub history_requests: usize,

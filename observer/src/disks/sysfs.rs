@@ -103,6 +103,16 @@ pub struct Identity {
     /// `queue/fua` (Linux ≥ 4.18): the disk takes writes with REQ_FUA itself; otherwise the
     /// block layer turns each into the write followed by a cache flush (block/blk-flush.c).
     pub fua: bool,
+    /// `queue/zoned`: `none`, `host-aware` or `host-managed` (block/blk-sysfs.c; `none` where
+    /// the file is missing).
+    pub zoned: String,
+    /// Zone size (bytes) of a zoned disk: `queue/chunk_sectors` × 512 (the block layer keeps
+    /// the zone size there); 0 for a disk that is not zoned.
+    pub zone_size_bytes: u64,
+    /// `queue/max_open_zones` (5.9+; 0: no limit, or not zoned).
+    pub max_open_zones: u32,
+    /// `queue/max_active_zones` (5.9+; 0: no limit, or not zoned).
+    pub max_active_zones: u32,
 }
 
 impl Identity {
@@ -129,7 +139,7 @@ impl Identity {
                 .unwrap_or(0),
             scheduler: active_scheduler(&scheduler),
             fua: read(&dir.join("queue/fua")) == "1",
-            ..Identity::default()
+            ..zones(dir)
         };
         if let Some(d) = drive {
             return Identity {
@@ -156,6 +166,29 @@ impl Identity {
             revision: first(&[device.join("firmware_rev"), device.join("rev")]),
             ..queue
         }
+    }
+}
+
+/// The zone facts of the disk at `dir` ([`Identity::zoned`] and the three after it).
+fn zones(dir: &Path) -> Identity {
+    let zoned = read(&dir.join("queue/zoned"));
+    let zoned = if zoned.is_empty() {
+        "none".into()
+    } else {
+        zoned
+    };
+    let num = |f: &str| read(&dir.join("queue").join(f)).parse::<u64>().unwrap_or(0);
+    let is_zoned = zoned != "none";
+    Identity {
+        zone_size_bytes: if is_zoned {
+            num("chunk_sectors") * 512
+        } else {
+            0
+        },
+        max_open_zones: num("max_open_zones") as u32,
+        max_active_zones: num("max_active_zones") as u32,
+        zoned,
+        ..Identity::default()
     }
 }
 
@@ -447,6 +480,22 @@ mod tests {
         assert_eq!(sda.wwid, "t10.ATA     QEMU HARDDISK   QM00001");
         assert_eq!(sda.scheduler, "mq-deadline");
         assert!(sda.rotational && !sda.fua);
+        assert_eq!((sda.zoned.as_str(), sda.zone_size_bytes), ("none", 0));
+        // A host-managed disk: its zone size is queue/chunk_sectors.
+        put("nullb0/queue/zoned", b"host-managed\n");
+        put("nullb0/queue/chunk_sectors", b"32768\n");
+        put("nullb0/queue/max_open_zones", b"8\n");
+        put("nullb0/queue/max_active_zones", b"12\n");
+        let z = Identity::read(&dir.join("nullb0"), None);
+        assert_eq!(
+            (
+                z.zoned.as_str(),
+                z.zone_size_bytes,
+                z.max_open_zones,
+                z.max_active_zones
+            ),
+            ("host-managed", 16 << 20, 8, 12)
+        );
         let vdc = Identity::read(&dir.join("vdc"), None);
         assert_eq!(vdc.serial, "blkobs-vdc");
         assert_eq!(vdc.logical_block_size, 4096);
@@ -464,6 +513,7 @@ mod tests {
             dm,
             Identity {
                 scheduler: "none".into(),
+                zoned: "none".into(),
                 ..Identity::default()
             }
         );

@@ -10,7 +10,7 @@ use crate::{config::DeviceFilter, disks::DiskView};
 /// A disk's identity and queue setup, as node_exporter's `node_disk_info` (plus the queue).
 pub const DISK_INFO: MetricDesc = MetricDesc {
     name: "blkobs_disk_info",
-    help: "1 per disk with media the device filter allows: model, serial, wwid, firmware revision (sysfs device/), rotational (0/1), logical and physical block size (bytes), I/O scheduler in use, write cache mode and FUA support (0/1) from its queue/ directory. Empty where the driver has none.",
+    help: "1 per disk with media the device filter allows: model, serial, wwid, firmware revision (sysfs device/), rotational (0/1), logical and physical block size (bytes), I/O scheduler in use, write cache mode and FUA support (0/1), zone model (none, host-aware, host-managed), zone size (bytes) and max open and active zones (0: no limit) from its queue/ directory. Empty where the driver has none.",
     kind: MetricType::GAUGE,
     labels: &[
         "device",
@@ -24,6 +24,10 @@ pub const DISK_INFO: MetricDesc = MetricDesc {
         "scheduler",
         "write_cache",
         "fua",
+        "zoned",
+        "zone_size_bytes",
+        "max_open_zones",
+        "max_active_zones",
     ],
 };
 
@@ -50,6 +54,10 @@ pub fn families(w: &mut dyn MetricWriter, filter: &DeviceFilter, disks: &DiskVie
                 i.scheduler.as_str(),
                 d.write_cache.as_str(),
                 bit(i.fua),
+                i.zoned.as_str(),
+                &i.zone_size_bytes.to_string(),
+                &i.max_open_zones.to_string(),
+                &i.max_active_zones.to_string(),
             ],
             1.0,
         );

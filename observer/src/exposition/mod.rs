@@ -27,7 +27,7 @@
 //! | `blkobs_request_errors_total` | counter | device, op, status |
 //! | `blkobs_inflight_requests` | gauge | device, stage (queue, device; total on bio-based disks) |
 //! | `blkobs_device_mapper_info` | gauge (`inflight.rs`), 1 per dm disk | device, name, uuid |
-//! | `blkobs_disk_info` | gauge (`disk.rs`), 1 per disk with media | device, model, serial, wwid, revision, rotational, logical_block_size, physical_block_size, scheduler, write_cache, fua |
+//! | `blkobs_disk_info` | gauge (`disk.rs`), 1 per disk with media | device, model, serial, wwid, revision, rotational, logical_block_size, physical_block_size, scheduler, write_cache, fua, zoned, zone_size_bytes, max_open_zones, max_active_zones |
 //! | `blkobs_fs_log_sectors` | gauge (`fslog.rs`) | device, fs_device, fstype, mountpoint, kind, start |
 //! | `blkobs_fs_log_status` | gauge (`fslog.rs`), 1 per filesystem | device, fs_device, fstype, mountpoint, status (found, no_journal, unreadable, no_device_node, invalid, external_log_missing, io_error) |
 //! | `blkobs_fs_log_warnings` | gauge (`fslog.rs`) | |

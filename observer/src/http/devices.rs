@@ -196,6 +196,7 @@ mod tests {
                         logical_block_size: 512,
                         physical_block_size: 4096,
                         scheduler: "mq-deadline".into(),
+                        zoned: "none".into(),
                         ..Identity::default()
                     },
                 },
@@ -250,7 +251,8 @@ mod tests {
                  "identity": {"model": "QEMU HARDDISK", "serial": "blkobs-sd", "wwid": "",
                               "revision": "", "rotational": true, "logical_block_size": 512,
                               "physical_block_size": 4096, "scheduler": "mq-deadline",
-                              "fua": false},
+                              "fua": false, "zoned": "none", "zone_size_bytes": 0,
+                              "max_open_zones": 0, "max_active_zones": 0},
                  "partitions": [{"name": "sda1", "dev": "8:1", "start": 2048, "sectors": 65536}],
                  "filesystems": [],
                  "log_ranges": [{"start": 34816, "end": 55296, "sectors": 20480}]},
@@ -259,7 +261,9 @@ mod tests {
                  "hidden": true, "tracking": "pending", "partitions": [], "filesystems": [],
                  "identity": {"model": "", "serial": "", "wwid": "", "revision": "",
                               "rotational": false, "logical_block_size": 0,
-                              "physical_block_size": 0, "scheduler": "", "fua": false},
+                              "physical_block_size": 0, "scheduler": "", "fua": false,
+                              "zoned": "", "zone_size_bytes": 0, "max_open_zones": 0,
+                              "max_active_zones": 0},
                  "log_ranges": []}
             ],
             "filesystems": [],
