@@ -34,7 +34,7 @@ APT_PKGS=(
   # bpf-linker builds against Debian's LLVM 22.
   llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev
   # Tests: real filesystems, workloads, witnesses.
-  xfsprogs e2fsprogs fio fsmark prometheus bpftool util-linux fdisk curl blktrace
+  xfsprogs e2fsprogs btrfs-progs fio fsmark prometheus bpftool util-linux fdisk curl blktrace
   # `observer top` is driven in a terminal multiplexer (tests/top.rs).
   tmux
 )

@@ -690,3 +690,251 @@ fn disk_info_names_the_drives() {
         scsi.name
     );
 }
+
+/// A zoned null_blk disk (host-managed, 16 MiB zones): every request is counted under the
+/// kernel's op name. Witnesses, per phase: ftrace's `block_rq_complete` by rwbs (R, W, F, D,
+/// and `N` split into requests with data, zone appends, and without, zone commands; not
+/// `block_rq_issue`, which a data-less PREFLUSH write never reaches) and /proc/diskstats, which counts zone commands as reads or writes of 0 sectors by the op's
+/// number (docs/src/concepts/classes.md#ops). Phases: fio `--zonemode=zbd` sequential writes;
+/// one `blkzone` reset, open, close and finish each on known zones; files on a zoned btrfs,
+/// whose data goes as zone appends, where the kernel mounts one.
+#[test]
+#[ignore = "needs null_blk: runs in the kernel-matrix VMs"]
+fn zoned_null_blk_ops_by_kernel_name() {
+    if !require_root("zoned_null_blk_ops_by_kernel_name") {
+        return;
+    }
+    const ZONE: u64 = 32768; // sectors: 16 MiB
+    let d = NullBlk::with(
+        512,
+        "mq-deadline",
+        &[("zoned", "1"), ("zone_size", "16"), ("zone_nr_conv", "0")],
+    );
+    let n = d.name.clone();
+    let tag = format!("[{} zoned] {n}", kernel());
+    let daemon = shared_daemon();
+    wait_tracked(&daemon, &n);
+    // The zone facts as util-linux's lsblk reads them, and as configured.
+    let lsblk = sh(
+        "lsblk",
+        &[
+            "-d",
+            "-n",
+            "-r",
+            "-b",
+            "-o",
+            "ZONED,ZONE-SZ",
+            &format!("/dev/{n}"),
+        ],
+    );
+    assert_eq!(
+        lsblk.trim(),
+        format!("host-managed {}", ZONE * 512),
+        "{tag}: premise"
+    );
+    let mut seen = None;
+    let same = wait_every(Duration::from_millis(200), Duration::from_secs(10), || {
+        let m = Metrics::parse(&daemon.metrics_text());
+        seen = m
+            .select("blkobs_disk_info", &[("device", n.as_str())])
+            .map(|s| format!("{} {}", s.labels["zoned"], s.labels["zone_size_bytes"]))
+            .next();
+        seen.as_deref() == Some(lsblk.trim())
+    });
+    assert!(same, "{tag}: blkobs_disk_info {seen:?} vs lsblk {lsblk:?}");
+    let path = format!("/dev/{n}");
+    let phase = |what: &str, run: &dyn Fn()| -> BTreeMap<String, f64> {
+        quiesce(&n);
+        daemon.wait_settled(&[&n]);
+        let (before, d0) = (daemon.scrape(), diskstats(&n));
+        let trace = Ftrace::start(
+            "zoned",
+            FtraceSpec {
+                events: &["block_rq_complete"],
+                kdevs: &[kdev_of(&d.sysfs("dev"))],
+                ..Default::default()
+            },
+        );
+        run();
+        quiesce(&n);
+        daemon.wait_settled(&[&n]);
+        let events = trace.stop();
+        let (after, d1) = (daemon.scrape(), diskstats(&n));
+        let by_op: BTreeMap<String, f64> = observer_common::class::Op::ALL
+            .iter()
+            .map(|op| (op.name().to_string(), ours(&before, &after, &n, op.name())))
+            .filter(|(_, v)| *v != 0.0)
+            .collect();
+        let bytes = |op: &str| {
+            after.sum("blkobs_bytes_total", &[("device", &n), ("op", op)])
+                - before.sum("blkobs_bytes_total", &[("device", &n), ("op", op)])
+        };
+        let o = |op: &str| by_op.get(op).copied().unwrap_or(0.0);
+        // ftrace by rwbs: a leading F before an op letter is PREFLUSH.
+        let mut traced: BTreeMap<&str, f64> = BTreeMap::new();
+        for e in &events {
+            let body = e.rwbs().strip_prefix('F').unwrap_or(e.rwbs());
+            let with_data = e.range().is_some_and(|(_, sectors)| sectors > 0);
+            let key = match body.chars().next() {
+                Some('R') => "R",
+                Some('W') => "W",
+                Some('D') => "D",
+                Some('N') if with_data => "N with data",
+                Some('N') => "N without data",
+                _ => "F",
+            };
+            *traced.entry(key).or_default() += 1.0;
+        }
+        let t = |k: &str| traced.get(k).copied().unwrap_or(0.0);
+        let zone_cmds: f64 = [
+            "zone_reset",
+            "zone_reset_all",
+            "zone_open",
+            "zone_close",
+            "zone_finish",
+        ]
+        .iter()
+        .map(|op| o(op))
+        .sum();
+        let data_ops = ["read", "write", "zone_append", "write_zeroes"];
+        let ours_rw: f64 = data_ops.iter().map(|op| o(op)).sum::<f64>() + zone_cmds;
+        let ours_bytes: f64 = data_ops.iter().map(|op| bytes(op)).sum();
+        let kernel_rw = ((d1.reads - d0.reads) + (d1.writes - d0.writes)) as f64;
+        let kernel_bytes = ((d1.read_sectors - d0.read_sectors)
+            + (d1.write_sectors - d0.write_sectors)) as f64
+            * 512.0;
+        let (untracked, lost) = untracked_lost(&before, &after, &n);
+        eprintln!(
+            "{tag} {what}: observer {by_op:?}, {ours_bytes} bytes | ftrace block_rq_complete \
+             {traced:?} | diskstats reads+writes {kernel_rw}, {kernel_bytes} bytes, flushes {} \
+             | lost {lost} untracked {untracked}",
+            d1.flushes - d0.flushes
+        );
+        let pairs = [
+            ("read = ftrace R", o("read"), t("R")),
+            ("write = ftrace W", o("write"), t("W")),
+            ("flush = ftrace F", o("flush"), t("F")),
+            ("discard = ftrace D", o("discard"), t("D")),
+            (
+                "zone_append + write_zeroes = ftrace N with data",
+                o("zone_append") + o("write_zeroes"),
+                t("N with data"),
+            ),
+            (
+                "zone commands = ftrace N without data",
+                zone_cmds,
+                t("N without data"),
+            ),
+            ("reads + writes = diskstats'", ours_rw, kernel_rw),
+            (
+                "bytes read and written = diskstats' sectors × 512",
+                ours_bytes,
+                kernel_bytes,
+            ),
+            (
+                "flush = diskstats' flushes",
+                o("flush"),
+                (d1.flushes - d0.flushes) as f64,
+            ),
+            ("unknown = 0", o("unknown"), 0.0),
+            ("lost = 0", lost, 0.0),
+            ("untracked = 0", untracked, 0.0),
+        ];
+        let wrong: Vec<String> = pairs
+            .iter()
+            .filter(|(_, a, b)| a != b)
+            .map(|(what, a, b)| format!("{what}: {a} vs {b}"))
+            .collect();
+        assert!(wrong.is_empty(), "{tag} {what}: {wrong:?}");
+        by_op
+    };
+
+    let fio = phase("fio zbd", &|| {
+        sh(
+            "fio",
+            &[
+                "--name=zbd",
+                &format!("--filename={path}"),
+                "--direct=1",
+                "--zonemode=zbd",
+                "--rw=write",
+                "--bs=64k",
+                "--size=4z",
+                "--io_size=8M",
+                "--ioengine=psync",
+            ],
+        );
+    });
+    assert_eq!(fio.get("write"), Some(&128.0), "{tag}: fio's 128 writes");
+
+    let cmds = phase("blkzone", &|| {
+        let zone = |z: u64| (z * ZONE).to_string();
+        sh("blkzone", &["reset", "-o", &zone(0), "-c", "2", &path]);
+        sh("blkzone", &["open", "-o", &zone(4), "-c", "1", &path]);
+        sh("blkzone", &["close", "-o", &zone(4), "-c", "1", &path]);
+        sh("blkzone", &["finish", "-o", &zone(5), "-c", "1", &path]);
+    });
+    for (op, want) in [
+        ("zone_reset", 2.0),
+        ("zone_open", 1.0),
+        ("zone_close", 1.0),
+        ("zone_finish", 1.0),
+    ] {
+        assert_eq!(cmds.get(op), Some(&want), "{tag}: {op} requests by blkzone");
+    }
+
+    // A zoned btrfs sends its file data as zone appends (fs/btrfs/zoned.c,
+    // btrfs_use_zone_append). A kernel that can mount one says so in
+    // /sys/fs/btrfs/features/zoned (5.12+); elsewhere the phase cannot run.
+    let mut modprobe = std::process::Command::new("modprobe");
+    if let Some(root) = std::env::var_os("BLKOBS_VM_MODROOT") {
+        modprobe.arg("-d").arg(root);
+    }
+    let _ = modprobe.arg("btrfs").status();
+    if !Path::new("/sys/fs/btrfs/features/zoned").exists() {
+        eprintln!(
+            "{tag}: NOT RUN: the zone append phase: this kernel has no zoned btrfs \
+             (/sys/fs/btrfs/features/zoned is missing)"
+        );
+        return;
+    }
+    sh("blkzone", &["reset", &path]);
+    sh("mkfs.btrfs", &["-q", "-f", "-O", "zoned", &path]);
+    let dir = std::env::temp_dir()
+        .join(unique("blkobs-zoned"))
+        .to_string_lossy()
+        .into_owned();
+    std::fs::create_dir_all(&dir).unwrap();
+    let _unmount = Unmount(dir.clone());
+    sh("mount", &["-t", "btrfs", &path, &dir]);
+    let appends = phase("zoned btrfs", &|| {
+        for i in 0..8 {
+            sh(
+                "dd",
+                &[
+                    "if=/dev/urandom",
+                    &format!("of={dir}/f{i}"),
+                    "bs=256k",
+                    "count=4",
+                    "conv=fsync",
+                    "status=none",
+                ],
+            );
+        }
+        sh("sync", &["-f", &dir]);
+    });
+    assert!(
+        appends.get("zone_append").is_some_and(|&v| v > 0.0),
+        "{tag}: no zone appends from a zoned btrfs: {appends:?}"
+    );
+}
+
+/// Unmounts and removes its directory on drop (also after a failed assertion).
+struct Unmount(String);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
