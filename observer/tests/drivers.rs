@@ -743,7 +743,15 @@ fn zoned_null_blk_ops_by_kernel_name() {
     });
     assert!(same, "{tag}: blkobs_disk_info {seen:?} vs lsblk {lsblk:?}");
     let path = format!("/dev/{n}");
-    let phase = |what: &str, run: &dyn Fn()| -> BTreeMap<String, f64> {
+    // `frozen`: a filesystem on the disk, frozen (fsfreeze) while the witnesses are read at
+    // each end of the phase, so its background writes fall inside or outside for all three.
+    let freeze = |frozen: Option<&str>, how: &str| {
+        if let Some(dir) = frozen {
+            sh("fsfreeze", &[how, dir]);
+        }
+    };
+    let phase = |what: &str, frozen: Option<&str>, run: &dyn Fn()| -> BTreeMap<String, f64> {
+        freeze(frozen, "-f");
         quiesce(&n);
         daemon.wait_settled(&[&n]);
         let (before, d0) = (daemon.scrape(), diskstats(&n));
@@ -755,11 +763,14 @@ fn zoned_null_blk_ops_by_kernel_name() {
                 ..Default::default()
             },
         );
+        freeze(frozen, "-u");
         run();
+        freeze(frozen, "-f");
         quiesce(&n);
         daemon.wait_settled(&[&n]);
         let events = trace.stop();
         let (after, d1) = (daemon.scrape(), diskstats(&n));
+        freeze(frozen, "-u");
         let by_op: BTreeMap<String, f64> = observer_common::class::Op::ALL
             .iter()
             .map(|op| (op.name().to_string(), ours(&before, &after, &n, op.name())))
@@ -849,7 +860,7 @@ fn zoned_null_blk_ops_by_kernel_name() {
         by_op
     };
 
-    let fio = phase("fio zbd", &|| {
+    let fio = phase("fio zbd", None, &|| {
         sh(
             "fio",
             &[
@@ -867,7 +878,7 @@ fn zoned_null_blk_ops_by_kernel_name() {
     });
     assert_eq!(fio.get("write"), Some(&128.0), "{tag}: fio's 128 writes");
 
-    let cmds = phase("blkzone", &|| {
+    let cmds = phase("blkzone", None, &|| {
         let zone = |z: u64| (z * ZONE).to_string();
         sh("blkzone", &["reset", "-o", &zone(0), "-c", "2", &path]);
         sh("blkzone", &["open", "-o", &zone(4), "-c", "1", &path]);
@@ -907,7 +918,7 @@ fn zoned_null_blk_ops_by_kernel_name() {
     std::fs::create_dir_all(&dir).unwrap();
     let _unmount = Unmount(dir.clone());
     sh("mount", &["-t", "btrfs", &path, &dir]);
-    let appends = phase("zoned btrfs", &|| {
+    let appends = phase("zoned btrfs", Some(&dir), &|| {
         for i in 0..8 {
             sh(
                 "dd",
@@ -934,6 +945,10 @@ struct Unmount(String);
 
 impl Drop for Unmount {
     fn drop(&mut self) {
+        // A failed assertion may leave it frozen.
+        let _ = std::process::Command::new("fsfreeze")
+            .args(["-u", &self.0])
+            .status();
         let _ = std::process::Command::new("umount").arg(&self.0).status();
         let _ = std::fs::remove_dir(&self.0);
     }
