@@ -2,7 +2,8 @@
 //! one table at the end (each step and test binary × host and kernel: passed / failed / seconds).
 //!
 //! The test binaries are built once (`cargo test --no-run`) and run one by one, so a failing
-//! binary neither hides the others nor stops the kernel matrix and the Debian machines.
+//! binary neither hides the others nor stops the kernel matrix and the Debian machines, which
+//! run in their guests at the same time.
 
 use std::{
     collections::BTreeMap,
@@ -189,7 +190,8 @@ pub fn run(exe: &TestExe, args: &[String], env: &[(&str, &Path)]) -> Cell {
     let mut text = String::new();
     if let Some(out) = child.stdout.take() {
         for line in BufReader::new(out).lines().map_while(Result::ok) {
-            println!("{line}");
+            // Prefixed as the guests' lines are: both run at once.
+            println!("[host] {line}");
             text.push_str(&line);
             text.push('\n');
         }
@@ -319,87 +321,87 @@ pub fn all(root: &Path, o: Options) -> Result<()> {
     );
 
     let t = Instant::now();
-    match build(root, &cargo_args) {
-        Ok(exes) => {
-            table.add(
-                "build tests",
-                "host",
-                Cell {
-                    ok: true,
-                    secs: t.elapsed().as_secs_f64(),
-                    failed: vec![],
-                },
-            );
-            // Integration tests share loop devices and the kernel's tracepoints: one at a time.
-            let mut args = test_args.clone();
-            args.push("--test-threads=1".into());
-            for exe in &exes {
-                if o.quick && SLOW_HOST_TESTS.contains(&exe.name.as_str()) {
-                    continue;
-                }
-                let no_build = Path::new(if release { "1" } else { "" });
-                let cell = run(
-                    exe,
-                    &args,
-                    &[
-                        ("BLKOBS_SKIP_LOG", &skip_log),
-                        ("BLKOBS_BENCH_NO_BUILD", no_build),
-                    ],
-                );
-                table.add(&exe.name, "host", cell);
-            }
-        }
-        Err(e) => {
-            eprintln!("{e:#}");
-            table.add(
-                "build tests",
-                "host",
-                Cell {
-                    ok: false,
-                    secs: t.elapsed().as_secs_f64(),
-                    failed: vec![],
-                },
-            );
-        }
-    }
+    let exes = build(root, &cargo_args);
+    table.add(
+        "build tests",
+        "host",
+        Cell {
+            ok: exes.is_ok(),
+            secs: t.elapsed().as_secs_f64(),
+            failed: vec![],
+        },
+    );
+    let exes = exes.unwrap_or_else(|e| {
+        eprintln!("{e:#}");
+        Vec::new()
+    });
 
-    let mut matrix = Ok(());
-    if o.no_vm || o.quick {
+    // The host suite runs while the kernel matrix and the Debian machines run in their TCG
+    // guests: the guests hold the cores, the host tests mostly wait on I/O and the daemon.
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(std::mem::take(&mut table)));
+    let vm = !(o.no_vm || o.quick);
+    if !vm {
         eprintln!("\n######## KERNEL MATRIX AND DEBIAN MACHINES NOT RUN (--no-vm/--quick): 5.10, 6.1, 6.12, {} NOT TESTED ########\n", crate::machine::SUITES.join(", "));
-    } else {
-        // The kernel matrix, then the package on Debian machines under systemd in the guest
-        // slots the shorter kernels free (all of them TCG guests on the same cores).
-        let shared = std::sync::Arc::new(std::sync::Mutex::new(std::mem::take(&mut table)));
-        let margs = crate::machine::MachineArgs::default();
-        let machines: Vec<crate::vm::Job> = margs
-            .suites
-            .iter()
-            .map(|suite| {
-                let (root, margs) = (root.to_path_buf(), &margs);
-                let job: Box<dyn FnOnce() -> Result<()> + Send + '_> =
-                    Box::new(move || crate::machine::run_suite(&root, suite, margs));
-                (format!("Debian machine {suite}"), job)
+    }
+    let margs = crate::machine::MachineArgs::default();
+    let matrix = std::thread::scope(|s| {
+        let matrix = vm.then(|| {
+            let (shared, skip_log, margs) = (shared.clone(), skip_log.clone(), &margs);
+            s.spawn(move || {
+                let machines: Vec<crate::vm::Job> = margs
+                    .suites
+                    .iter()
+                    .map(|suite| {
+                        let root = root.to_path_buf();
+                        let job: Box<dyn FnOnce() -> Result<()> + Send + '_> =
+                            Box::new(move || crate::machine::run_suite(&root, suite, margs));
+                        (format!("Debian machine {suite}"), job)
+                    })
+                    .collect();
+                std::thread::scope(|s| {
+                    // The images download while the guests boot (machine.rs prefetch_images).
+                    s.spawn(|| crate::machine::prefetch_images(&margs.suites));
+                    crate::vm::run_with(
+                        root,
+                        crate::vm::VmArgs {
+                            timeout_min: 45,
+                            jobs: 2,
+                            skip_log: Some(skip_log),
+                            table: Some(shared),
+                            ..Default::default()
+                        },
+                        machines,
+                    )
+                })
             })
-            .collect();
-        matrix = std::thread::scope(|s| {
-            // The images download while the guests boot (machine.rs prefetch_images).
-            s.spawn(|| crate::machine::prefetch_images(&margs.suites));
-            crate::vm::run_with(
-                root,
-                crate::vm::VmArgs {
-                    timeout_min: 45,
-                    jobs: 2,
-                    skip_log: Some(skip_log.clone()),
-                    table: Some(shared.clone()),
-                    ..Default::default()
-                },
-                machines,
-            )
         });
-        table = std::mem::take(&mut *shared.lock().unwrap());
-        if let Err(e) = &matrix {
-            eprintln!("\nkernel matrix / Debian machines: {e:#}");
+        // Integration tests share loop devices and the kernel's tracepoints: one at a time.
+        let mut args = test_args.clone();
+        args.push("--test-threads=1".into());
+        for exe in &exes {
+            if o.quick && SLOW_HOST_TESTS.contains(&exe.name.as_str()) {
+                continue;
+            }
+            let no_build = Path::new(if release { "1" } else { "" });
+            let cell = run(
+                exe,
+                &args,
+                &[
+                    ("BLKOBS_SKIP_LOG", &skip_log),
+                    ("BLKOBS_BENCH_NO_BUILD", no_build),
+                ],
+            );
+            shared.lock().unwrap().add(&exe.name, "host", cell);
         }
+        match matrix.map(|h| h.join()) {
+            None => Ok(()),
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(anyhow::anyhow!("the kernel matrix's thread panicked")),
+        }
+    });
+    table = std::mem::take(&mut *shared.lock().unwrap());
+    if let Err(e) = &matrix {
+        eprintln!("\nkernel matrix / Debian machines: {e:#}");
     }
 
     eprintln!(

@@ -141,8 +141,16 @@ impl Console {
     }
 }
 
-pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -> Result<Outcome> {
-    let label = &k.label;
+/// Boots kernel `k` and runs `cmd` in it. `slot` names the guest (its target/vm/<slot>/
+/// directory, images and console prefix): two guests of one kernel run side by side.
+pub(crate) fn boot(
+    root: &Path,
+    k: &Kernel,
+    slot: &str,
+    cmd: &[String],
+    timeout: Duration,
+) -> Result<Outcome> {
+    let label = &slot.to_string();
     let dir = root.join("target/vm").join(label);
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -154,7 +162,7 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
     let ci = std::env::var("CI").unwrap_or_default();
     let conf = format!(
         "LABEL={}\nKVER={}\nMODROOT={}\nWORKSPACE={}\nPAYLOAD={}\nRCFILE={}\nSKIPLOG={}\nCI_VALUE={}\nWATCHDOG={}\n",
-        quote(label),
+        quote(&k.label),
         quote(&k.kver),
         quote(&k.root.display().to_string()),
         quote(&root.display().to_string()),
@@ -406,7 +414,8 @@ pub(crate) fn boot(root: &Path, k: &Kernel, cmd: &[String], timeout: Duration) -
         .map(|l| format!("[{label}] {l}"))
         .collect();
     Ok(Outcome {
-        label: label.clone(),
+        label: k.label.clone(),
+        slot: slot.to_string(),
         skipped,
         kver: k.kver.clone(),
         boot,
