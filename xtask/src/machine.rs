@@ -182,27 +182,8 @@ fn debs(root: &Path, out: &Path) -> Result<()> {
     // One suite at a time: cargo-deb stages under target/debian.
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    crate::run(crate::cargo().args(["build", "--release", "-p", "observer"]))?;
     for rev in ["1", "2"] {
-        crate::run(
-            crate::cargo()
-                .args([
-                    "deb",
-                    "-p",
-                    "observer",
-                    "--no-build",
-                    "--deb-revision",
-                    rev,
-                    "-o",
-                ])
-                .arg(out.join(format!("observer_v{rev}.deb"))),
-        )
-        .with_context(|| {
-            format!(
-                "cargo deb failed in {}: bash scripts/provision.sh installs cargo-deb",
-                root.display()
-            )
-        })?;
+        crate::deb(root, rev, Some(&out.join(format!("observer_v{rev}.deb"))))?;
     }
     Ok(())
 }

@@ -214,6 +214,7 @@ echo "BLKOBS-MACHINE phase $phase: $(uname -r), $(systemctl --version | head -1)
 if [ "$phase" = 1 ]; then
   show "apt install ./observer_v1.deb (last lines)" sh -c "apt-get install -y $P/observer_v1.deb 2>&1 | tail -6"
   check installed dpkg -s observer
+  check "man pages and bash completion installed" sh -c 'grep -q "^\.TH observer " /usr/share/man/man1/observer.1 && grep -q "^\.TH observer-stalls " /usr/share/man/man1/observer-stalls.1 && bash -c ". /usr/share/bash-completion/completions/observer && complete -p observer"'
   check unit-not-enabled-by-package sh -c '[ "$(systemctl is-enabled observer)" = disabled ]'
   check enable-now systemctl enable --now observer
   check active wait_active
