@@ -23,6 +23,9 @@ pub enum Fix {
     CloneCovers,
     /// 4347420: a direct piece of an ended parent is none (no walk further up).
     EndedParentStops,
+    /// Proposed: once chained ends are traced, a piece counts at its own end, not in its
+    /// parent.
+    OwnEndCounts,
 }
 
 #[cfg(test)]
@@ -355,10 +358,17 @@ pub fn on_entry(r: &BioRead, at: &Entering, learned: Learned) -> Plan {
 }
 
 /// `block_split` of `piece` on a bio-based disk (probes/bio_split.rs). `SPLIT_PIECES[piece]`
-/// was just forgotten (the plan's first action), so `a.split_parent` is not read.
-pub fn on_split(piece: BioPtr, a: &Ancestry) -> Plan {
+/// was just forgotten (the plan's first action), so `a.split_parent` is not read. Once the
+/// kernel has shown a traced end of a chained bio (F5), a piece's own end is traced and
+/// counts it (`end_as_piece`): it is not counted in its parent, whose count would otherwise be
+/// raised here in the task and taken down by the piece's end on another CPU, two plain
+/// read-modify-writes of one entry that can lose one (6.12 md raid0: +1).
+pub fn on_split(piece: BioPtr, a: &Ancestry, learned: Learned) -> Plan {
     let mut plan = Plan::new();
     plan.push(Action::ForgetEnded { bio: piece });
+    if learned.chained_ends_traced && kept!(OwnEndCounts) {
+        return plan;
+    }
     let a = Ancestry {
         split_parent: None,
         ..*a
