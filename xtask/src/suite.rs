@@ -344,6 +344,10 @@ pub fn all(root: &Path, o: Options) -> Result<()> {
         eprintln!("\n######## KERNEL MATRIX AND DEBIAN MACHINES NOT RUN (--no-vm/--quick): 5.10, 6.1, 6.12, {} NOT TESTED ########\n", crate::machine::SUITES.join(", "));
     }
     let margs = crate::machine::MachineArgs::default();
+    let guest_exes: Vec<(String, PathBuf)> = exes
+        .iter()
+        .map(|e| (e.name.clone(), e.path.clone()))
+        .collect();
     let matrix = std::thread::scope(|s| {
         let matrix = vm.then(|| {
             let (shared, skip_log, margs) = (shared.clone(), skip_log.clone(), &margs);
@@ -368,6 +372,7 @@ pub fn all(root: &Path, o: Options) -> Result<()> {
                             jobs: 2,
                             skip_log: Some(skip_log),
                             table: Some(shared),
+                            prebuilt: Some(guest_exes),
                             ..Default::default()
                         },
                         machines,

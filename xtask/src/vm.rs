@@ -6,7 +6,7 @@
 
 use std::{
     fs,
-    path::Path,
+    path::{Path, PathBuf},
     process::Stdio,
     time::{Duration, Instant},
 };
@@ -36,6 +36,11 @@ pub struct VmArgs {
     /// Where each test binary's and job's outcome goes (`cargo xtask test`'s table).
     #[arg(skip)]
     pub table: Option<std::sync::Arc<std::sync::Mutex<crate::suite::Table>>>,
+    /// The test executables `cargo xtask test` built for the host (name as in its table,
+    /// path): the guests run those instead of a build of their own (`cargo test -p observer`
+    /// resolves features apart from the workspace and would compile everything again).
+    #[arg(skip)]
+    pub prebuilt: Option<Vec<(String, PathBuf)>>,
     /// Command to run in the guest, from the workspace directory (default: [`GUEST_TESTS`]).
     #[arg(last = true)]
     pub cmd: Vec<String>,
@@ -111,10 +116,10 @@ pub fn run_with(root: &Path, mut args: VmArgs, then: Vec<Job>) -> Result<()> {
             );
         }
     }
-    let exes = if args.cmd.is_empty() {
-        build_matrix_test(root)?
-    } else {
-        Vec::new()
+    let exes = match (&args.prebuilt, args.cmd.is_empty()) {
+        (_, false) => Vec::new(),
+        (Some(built), true) => prebuilt_guest_tests(root, built)?,
+        (None, true) => build_matrix_test(root)?,
     };
     let cmd_for = |label: &str, shard: &str| {
         if args.cmd.is_empty() {
@@ -450,6 +455,27 @@ pub(crate) const GUEST_SKIPS: [(&str, &str, &str, &str); 0] = [];
 /// programs (aya's BTF relocation in unoptimised code), the release build ~5 s; a kernel's
 /// guest suite starts the daemon about twenty times.
 const GUEST_OBSERVER: &str = "target/release/observer";
+
+/// [`GUEST_TESTS`]' executables among `built` (relative to `root`), in that order; the
+/// release daemon is built by the caller.
+fn prebuilt_guest_tests(
+    root: &Path,
+    built: &[(String, PathBuf)],
+) -> Result<Vec<(&'static str, String)>> {
+    GUEST_TESTS
+        .iter()
+        .map(|t| {
+            let (_, path) = built
+                .iter()
+                .find(|(name, _)| *name == format!("observer/{t}"))
+                .with_context(|| {
+                    format!("the test build has no observer/{t}: see its errors above")
+                })?;
+            let rel = path.strip_prefix(root).unwrap_or(path);
+            Ok((*t, rel.display().to_string()))
+        })
+        .collect()
+}
 
 /// Builds [`GUEST_TESTS`] and [`GUEST_OBSERVER`] on the host and returns each test's executable
 /// (relative to `root`), in that order.
