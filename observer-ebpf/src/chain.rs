@@ -46,7 +46,7 @@ static ENDS_TRACED: Array<u64> = Array::with_max_entries(1, 0);
 
 /// Whether this kernel has shown that it traces the end of a chained bio.
 #[inline(always)]
-fn ends_traced() -> bool {
+pub(crate) fn ends_traced() -> bool {
     ENDS_TRACED.get(0).is_some_and(|v| *v != 0)
 }
 

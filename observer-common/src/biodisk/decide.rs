@@ -23,8 +23,8 @@ pub enum Fix {
     CloneCovers,
     /// 4347420: a direct piece of an ended parent is none (no walk further up).
     EndedParentStops,
-    /// Proposed: once chained ends are traced, a piece counts at its own end, not in its
-    /// parent.
+    /// Once chained ends are traced, a piece counts at its own end, not in its parent
+    /// (probes/bio_split.rs `on_split`).
     OwnEndCounts,
 }
 

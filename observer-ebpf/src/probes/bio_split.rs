@@ -16,6 +16,7 @@ use observer_common::class::Op;
 use observer_ebpf::{arg, kernel::bio_disk, layout, programs, read};
 
 use crate::{
+    chain::ends_traced,
     inflight::{forget_ended, split_counted, tracked_parent, Parent},
     inherit,
 };
@@ -32,6 +33,13 @@ fn on_split(c: &impl EbpfContext, i: usize) {
         return;
     }
     forget_ended(bio);
+    // Where the kernel traces a chained bio's end, that end counts the piece: counted here as
+    // well, the parent's count would be raised in the task and lowered by the piece's end on
+    // another CPU, two plain read-modify-writes that can lose one (docs/design/stacked-disks.md,
+    // "6.12 raid0 on partitions").
+    if ends_traced() {
+        return;
+    }
     if let Some(Parent {
         bio: parent,
         entry: p,
