@@ -427,9 +427,8 @@ fn ours(before: &Metrics, after: &Metrics, dev: &str, op: &str) -> f64 {
 }
 
 /// Reads or writes of a stacked disk may be this many I/Os off the rule's ftrace count or the
-/// disk's traced bio ends: one more was counted in a few runs on 6.12 md raid10 (writes 13,439
-/// vs 13,438 in a clean-clone CI run, reads 8,446 vs 8,445 in another) and 6.12 md raid0 on
-/// partitions (513 vs 512), not explained yet (docs/src/known-limits.md#stacked-disks).
+/// disk's traced bio ends: pieces split before the daemon saw a traced chained-bio end may
+/// still be counted one more (docs/src/known-limits.md#stacked-disks).
 const STRAY: f64 = 2.0;
 
 fn run(what: &str, make: impl FnOnce() -> Stack) {
