@@ -24,43 +24,15 @@
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
-use std::{
-    path::Path,
-    sync::{Mutex, MutexGuard},
-    time::Duration,
-};
+use std::{path::Path, time::Duration};
 
 use support::*;
 
-/// One daemon for every test of this file: under TCG each start (loading and verifying the
-/// programs) takes 15–20 s, six starts most of the file's time budget. Each test works on its
-/// own disk with deltas between its own scrapes; holding the lock serializes the tests.
-/// Stopped (SIGTERM, as `Daemon`'s drop) when the test process exits.
-static DAEMON: Mutex<Option<Daemon>> = Mutex::new(None);
+/// One daemon for every test of this file (each test on its own disk).
+static DAEMON: SharedDaemon = SharedDaemon::new();
 
-extern "C" fn stop_shared_daemon() {
-    let mut g = DAEMON.lock().unwrap_or_else(|e| e.into_inner());
-    drop(g.take());
-}
-
-/// The [`DAEMON`], started on first use, held for the calling test.
-struct Shared(MutexGuard<'static, Option<Daemon>>);
-
-impl std::ops::Deref for Shared {
-    type Target = Daemon;
-    fn deref(&self) -> &Daemon {
-        self.0.as_ref().expect("started")
-    }
-}
-
-fn shared_daemon() -> Shared {
-    let mut g = DAEMON.lock().unwrap_or_else(|e| e.into_inner());
-    if g.is_none() {
-        *g = Some(Daemon::start(&[]));
-        // SAFETY: registers a plain `extern "C" fn()` that takes no arguments.
-        unsafe { libc::atexit(stop_shared_daemon) };
-    }
-    Shared(g)
+fn shared_daemon() -> HeldDaemon {
+    DAEMON.get(|| Daemon::start(&[]))
 }
 
 fn kernel() -> String {

@@ -16,13 +16,15 @@ use std::{
 use serde_json::Value;
 use support::*;
 
+/// One daemon for every test of this file (each test on its own disk).
+static DAEMON: SharedDaemon = SharedDaemon::new();
+
 /// (lost completions, untracked completions) on `dev`.
 fn lost_untracked(d: &Daemon, dev: &str) -> (f64, f64) {
     let m = d.scrape();
     (
         m.sum("blkobs_lost_completions_total", &[("device", dev)]),
-        // This device's only: tests of this file run in parallel, and a request another test
-        // holds (its FUSE file sleeping) while this daemon starts completes untracked here.
+        // This device's only: a request another test held may complete untracked on its own.
         m.sum("blkobs_untracked_completions_total", &[("device", dev)]),
     )
 }
@@ -100,7 +102,7 @@ fn held_write_with_iostats_off_stays_in_flight() {
     if !require_root("held_write_with_iostats_off_stays_in_flight") {
         return;
     }
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let disk = SlowDisk::new(64, "none");
     disk.set_queue("iostats", "0");
     quiesce(&disk.name);
@@ -161,7 +163,7 @@ fn fua_write_waiting_for_post_flush_stays_in_flight() {
     if !require_root("fua_write_waiting_for_post_flush_stays_in_flight") {
         return;
     }
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let disk = SlowDisk::new(64, "none");
     assert_eq!(disk.sysfs("queue/fua"), "0", "loop devices have no FUA");
     quiesce(&disk.name);
@@ -247,7 +249,7 @@ fn reaper_retires_a_request_the_kernel_says_is_not_in_flight() {
     if !require_root("reaper_retires_a_request_the_kernel_says_is_not_in_flight") {
         return;
     }
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let dev = LoopDev::new(64, "none");
     dev.write_direct(0, 8);
     quiesce(&dev.name);
@@ -302,7 +304,7 @@ fn tag_wait_is_queue_time() {
     if !require_root("tag_wait_is_queue_time") {
         return;
     }
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let disk = SlowDisk::new(64, "none");
     disk.set_queue("nomerges", "2");
     disk.set_queue("nr_requests", "4");
@@ -417,7 +419,7 @@ fn slot_array_mapped_read_equals_one_by_one() {
     if !require_root("slot_array_mapped_read_equals_one_by_one") {
         return;
     }
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let dev = LoopDev::new(64, "none");
     dev.write_direct(0, 64);
     quiesce(&dev.name);
@@ -461,7 +463,7 @@ fn bio_slots_are_given_back() {
     if !require_root("bio_slots_are_given_back") {
         return;
     }
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let dev = LoopDev::new(256, "mq-deadline");
     dev.set_queue("nr_requests", "4");
     quiesce(&dev.name);
@@ -484,6 +486,13 @@ fn bio_slots_are_given_back() {
         )
     };
     let dropped_before = dropped(&daemon);
+    let writes_counted = |d: &Daemon| {
+        d.scrape().sum(
+            "blkobs_requests_total",
+            &[("device", dev.name.as_str()), ("op", "write")],
+        )
+    };
+    let counted_before = writes_counted(&daemon);
     let before = diskstats(&dev.name);
     let path = dev.path.clone();
     let load = std::thread::spawn(move || {
@@ -560,11 +569,7 @@ fn bio_slots_are_given_back() {
     // sometimes land next to a queued one).
     let merged = now.writes_merged - before.writes_merged;
     let ios = out["jobs"][0]["write"]["total_ios"].as_f64().unwrap();
-    let m = daemon.scrape();
-    let counted = m.sum(
-        "blkobs_requests_total",
-        &[("device", dev.name.as_str()), ("op", "write")],
-    );
+    let counted = writes_counted(&daemon) - counted_before;
     assert!(
         ios > 0.0 && (writes + merged) as f64 >= ios,
         "fio {ios} writes, diskstats {writes} + {merged} merged"
@@ -585,7 +590,7 @@ fn class_stats_batched_read_equals_per_entry() {
     if !require_root("class_stats_batched_read_equals_per_entry") {
         return;
     }
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let dev = LoopDev::new(64, "mq-deadline");
     // Several classes (reads, sync writes, flushes, readahead), submitted from two CPUs.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));

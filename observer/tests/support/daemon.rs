@@ -4,6 +4,7 @@ use std::{
     ops::{Deref, DerefMut},
     path::Path,
     process::{Command, Stdio},
+    sync::{Mutex, MutexGuard},
     time::Duration,
 };
 
@@ -211,6 +212,61 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.proc.signal(libc::SIGTERM);
         let _ = self.proc.wait_timeout(Duration::from_secs(10));
+    }
+}
+
+/// A daemon the tests of one binary share, started by the first of them: under TCG each start
+/// (loading and verifying the programs) takes 10–20 s. A test holds it for its whole run (the
+/// lock serializes those tests) and reads only its own disk, as deltas between its own
+/// scrapes. Stopped (SIGTERM, as [`Daemon`]'s drop) when the test process exits.
+pub struct SharedDaemon(Mutex<Option<Daemon>>);
+
+/// A [`SharedDaemon`] held by the calling test; derefs to the daemon.
+pub struct HeldDaemon(MutexGuard<'static, Option<Daemon>>);
+
+/// Every [`SharedDaemon`] started, for the exit handler.
+static STARTED: Mutex<Vec<&'static SharedDaemon>> = Mutex::new(Vec::new());
+
+extern "C" fn stop_shared_daemons() {
+    let all = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+    for s in all.iter() {
+        drop(s.0.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
+}
+
+impl SharedDaemon {
+    pub const fn new() -> Self {
+        SharedDaemon(Mutex::new(None))
+    }
+
+    /// The daemon, started by `start` on first use. A test that failed while holding it
+    /// leaves it to the next (its disk is gone); a daemon that exited fails the test.
+    pub fn get(&'static self, start: impl FnOnce() -> Daemon) -> HeldDaemon {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_mut() {
+            Some(d) => {
+                if let Some(status) = d.proc.child.try_wait().unwrap() {
+                    panic!("the shared daemon exited ({status}) during an earlier test");
+                }
+            }
+            None => {
+                *g = Some(start());
+                let mut all = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+                if all.is_empty() {
+                    // SAFETY: registers a plain `extern "C" fn()` that takes no arguments.
+                    unsafe { libc::atexit(stop_shared_daemons) };
+                }
+                all.push(self);
+            }
+        }
+        HeldDaemon(g)
+    }
+}
+
+impl Deref for HeldDaemon {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        self.0.as_ref().expect("started")
     }
 }
 

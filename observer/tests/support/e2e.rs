@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use super::{
-    diskstats, fio, fsync_files, labels, quiesce, ranges, sh, wait_for, Daemon, DiskStats, LoopDev,
-    Metrics, Mount, NullBlk, Pid1Completions,
+    diskstats, fio, fsync_files, labels, quiesce, ranges, sh, wait_for, Daemon, DiskStats,
+    HeldDaemon, LoopDev, Metrics, Mount, NullBlk, Pid1Completions, SharedDaemon,
 };
 
 /// The ops of `blkobs_requests_total`: the kernel's, by name.
@@ -117,9 +117,9 @@ pub fn end_to_end_with(
     }
     m.unmount();
     quiesce(n);
-    // Give the reaper its chance to retire anything it (wrongly) thinks is lost: two passes
-    // 1 s apart, more than 1 s after dispatch.
-    std::thread::sleep(Duration::from_millis(3500));
+    // Give the reaper its chance to retire anything it (wrongly) thinks is lost: two whole
+    // passes after the I/O went idle.
+    daemon.wait_passes(3);
     let pid1_events: Vec<_> = pid1
         .stop_events()
         .into_iter()
@@ -147,14 +147,13 @@ pub fn end_to_end_with(
         delta(|s| s.discards),
         delta(|s| s.flushes),
     );
-    let lost = after.sum("blkobs_lost_completions_total", &[("device", n)]);
+    let lost = after.sum("blkobs_lost_completions_total", &[("device", n)])
+        - before.sum("blkobs_lost_completions_total", &[("device", n)]);
     let untracked = after.sum("blkobs_untracked_completions_total", &[])
         - before.sum("blkobs_untracked_completions_total", &[]);
     let write_with = |k: &str| {
-        after.sum(
-            "blkobs_requests_total",
-            &[("device", n), ("op", "write"), (k, "true")],
-        )
+        let sel = [("device", n), ("op", "write"), (k, "true")];
+        after.sum("blkobs_requests_total", &sel) - before.sum("blkobs_requests_total", &sel)
     };
     let (log_writes, fua, preflush) =
         (write_with("log"), write_with("fua"), write_with("preflush"));
@@ -373,24 +372,27 @@ impl TestDev {
     }
 }
 
+/// The daemons of the end-to-end runs, one per attach mode (each run on a disk of its own).
+static TP_BTF: SharedDaemon = SharedDaemon::new();
+static RAW_TP: SharedDaemon = SharedDaemon::new();
+
 /// The end-to-end runs' setup (tests/matrix.rs, tests/kernel.rs): the daemon attached as
-/// `attach` (`tp_btf`, or `raw_tp` forced with `OBSERVER_ATTACH`), its `blkobs_build_info`
-/// with `attach` and the `build_info` labels asserted 1; then a [`TestDev`] of `size_mib` with
-/// `scheduler`, asserted to have a volatile write cache and that scheduler. `tag` prefixes the
-/// messages.
+/// `attach` (`tp_btf`, or `raw_tp` forced with `OBSERVER_ATTACH`; shared by the runs of one
+/// mode), its `blkobs_build_info` with `attach` and the `build_info` labels asserted 1; then a
+/// [`TestDev`] of `size_mib` with `scheduler`, asserted to have a volatile write cache and that
+/// scheduler. `tag` prefixes the messages.
 pub fn e2e_setup(
     tag: &str,
     attach: &str,
     build_info: &[(&str, &str)],
     size_mib: u64,
     scheduler: &str,
-) -> (Daemon, TestDev) {
-    let env: &[(&str, &str)] = if attach == "raw_tp" {
-        &[("OBSERVER_ATTACH", "raw_tp")]
+) -> (HeldDaemon, TestDev) {
+    let daemon = if attach == "raw_tp" {
+        RAW_TP.get(|| Daemon::start_env(&[], &[("OBSERVER_ATTACH", "raw_tp")]))
     } else {
-        &[]
+        TP_BTF.get(|| Daemon::start(&[]))
     };
-    let daemon = Daemon::start_env(&[], env);
     let info = daemon.scrape();
     let mut want = vec![("attach", attach)];
     want.extend_from_slice(build_info);
