@@ -34,6 +34,16 @@ count() { # device op
     /^blkobs_request_latency_seconds_count\{/ && index($0, d) && index($0, o) && index($0, "stage=\"total\"") { s += $NF }
     END { printf "%d\n", s }'
 }
+# The daemon's housekeeping passes (blkobs_reaper_passes_total, one a second: rescan, reaper).
+passes() { curl -sf $URL/metrics | awk '/^blkobs_reaper_passes_total/ { printf "%d\n", $NF; exit }'; }
+wait_passes() { # n: n more passes than now (a hang guard of 60 s)
+  p0=$(passes); i=0
+  while [ "$(passes)" -lt $((p0 + $1)) ]; do i=$((i + 1)); [ $i -lt 600 ] || return 1; sleep 0.1; done
+}
+journal_count() { journalctl -u observer --no-pager -o cat | grep -c "$1"; }
+wait_journal() { # pattern count: the journal has more lines with pattern than count (60 s guard)
+  i=0; while [ "$(journal_count "$1")" -le "$2" ]; do i=$((i + 1)); [ $i -lt 600 ] || return 1; sleep 0.1; done
+}
 diskstat() { # device field (1 = reads completed, 5 = writes completed)
   awk -v f="$2" '{ print $f }' /sys/block/$1/stat
 }
@@ -41,7 +51,7 @@ exact_reads() { # device: a fixed number of direct reads, counted as /proc/disks
   d=$1; c0=$(count $d read); s0=$(diskstat $d 1)
   fio --name=w --filename=/dev/$d --rw=randread --bs=4k --direct=1 --size=64m --number_ios=2000 \
     --ioengine=psync --output=/dev/null || return 1
-  sleep 2 # the daemon's tick (1 s)
+  wait_passes 2 || return 1 # the completions' last per-CPU values read into /metrics
   c1=$(count $d read); s1=$(diskstat $d 1)
   echo "$d reads: observer $((c1 - c0)), diskstats $((s1 - s0))"
   [ $((c1 - c0)) -eq $((s1 - s0)) ] && [ $((s1 - s0)) -ge 2000 ]
@@ -62,24 +72,32 @@ dash_q() { # file panel-title legend: that panel's expression
   awk -F '\t' -v f="$1" -v t="$2" -v l="$3" '$1 == f && $2 == t && $3 == l { print $4; exit }' $P/queries.tsv
 }
 finite() { case "$1" in ''|none|NaN|+Inf|-Inf) return 1;; esac; }
+last_scrape() { # unix seconds of Prometheus's latest scrape of the observer (0 before the first)
+  promq 'max(timestamp(up{instance="127.0.0.1:9617"}))' | jq -r '.data.result[0].value[1] // "0"' | cut -d. -f1
+}
+scraped_after() { # unix seconds: a scrape of the observer after it (60 s guard; scrape_interval 15 s)
+  i=0; while [ "$(last_scrape)" -le "$1" ]; do i=$((i + 1)); [ $i -lt 300 ] || return 1; sleep 0.2; done
+}
 # The seeds' scenario: fs_mark -S1 (create, write 4 KiB, fsync, close per file) on XFS with the
 # disk's write cache in write-back, then write-through; Prometheus computes the log writes' p99
-# queue and device latency from the filesystem-log dashboard's own expressions over each run.
+# queue and device latency from the filesystem-log dashboard's own expressions over each run,
+# a window from a scrape before the first file to one after the last.
 fsmark_run() { # mode (back|through)
   echo "write $1" > /sys/block/vdc/queue/write_cache
-  t0=$(date +%s); files=0; rates=""
-  while [ $(( $(date +%s) - t0 )) -lt 45 ]; do
+  t0=$(date +%s); scraped_after $t0 || { echo "Prometheus did not scrape the observer in 60 s"; return 1; }
+  r0=$(date +%s.%N); files=0; rates=""
+  while [ $files -lt 1000 ]; do
     d=/mnt/xfs/$1-$files; mkdir -p $d
     r=$(fs_mark -S1 -s 4096 -n 100 -t 1 -d $d 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 5 { v = $4 } END { print v }')
     rates="$rates $r"; files=$((files + 100))
   done
-  t1=$(date +%s)
-  sleep 20 # a scrape after the run (the shipped scrape_interval is 15 s)
-  w=$(( $(date +%s) - t0 ))s
+  r1=$(date +%s.%N); t1=$(date +%s)
+  scraped_after $t1 || { echo "Prometheus did not scrape the observer in 60 s"; return 1; }
+  w=$(( $(date +%s) - t0 + 1 ))s
   spread=$(echo $rates | tr ' ' '\n' | sort -n | awk '{ v[NR] = $1 } END { printf "min %s, median %s, max %s", v[1], v[int((NR + 1) / 2)], v[NR] }')
   q=$(promq "$(subst "$(dash_q blkobs-fslog.json 'Log write dispatch (queue) latency percentiles' '{{device}} p99')" $w vdc)" | jq -r '.data.result[0].value[1] // "none"')
   dv=$(promq "$(subst "$(dash_q blkobs-fslog.json 'Log write device latency percentiles' '{{device}} p99')" $w vdc)" | jq -r '.data.result[0].value[1] // "none"')
-  echo "BLKOBS-SEEDS write $1: fs_mark -S1 $files files in $((t1 - t0)) s, $((files / (t1 - t0))) files/s (Files/sec of its 100-file runs: $spread); log writes p99 over ${w} (Prometheus, the dashboard's expressions): queue $q s, device $dv s"
+  echo "BLKOBS-SEEDS write $1: fs_mark -S1 $files files in $(awk -v a=$r0 -v b=$r1 'BEGIN { printf "%.1f s, %.0f", b - a, '$files' / (b - a) }') files/s (Files/sec of its 100-file runs: $spread); log writes p99 over ${w} (Prometheus, the dashboard's expressions): queue $q s, device $dv s"
   finite "$q" && finite "$dv"
 }
 dashboards_all() { # every query of every shipped dashboard, devices and ops '.+', 5m windows
@@ -95,9 +113,10 @@ stalled_write() { # a direct write held 3 s by dm-delay over nvme0n1: /stalls li
   sz=$(blockdev --getsz /dev/nvme0n1)
   dmsetup create blkobs-slow --table "0 $sz delay /dev/nvme0n1 0 0 /dev/nvme0n1 0 3000" || return 1
   dm=$(basename "$(readlink -f /dev/mapper/blkobs-slow)")
-  dd if=/dev/zero of=/dev/mapper/blkobs-slow bs=4k count=1 oflag=direct status=none &
-  sleep 1.5
-  curl -sf $URL/stalls > $STATE/stalls.txt
+  dd if=/dev/zero of=/dev/mapper/blkobs-slow bs=4k count=1 oflag=direct status=none & w=$!
+  # /stalls while dd waits: until it lists the write or dd is done.
+  while curl -sf $URL/stalls > $STATE/stalls.txt && ! grep -qE "^$dm " $STATE/stalls.txt && kill -0 $w 2>/dev/null; do
+    sleep 0.2; done
   wait
   udevadm settle; dmsetup remove --retry blkobs-slow # udev may still hold it open (trixie)
   echo "$dm while the write was held:"; sed -n '1,4p' $STATE/stalls.txt
@@ -105,11 +124,13 @@ stalled_write() { # a direct write held 3 s by dm-delay over nvme0n1: /stalls li
 }
 owner_cgroup() { # direct writes by a transient unit with IO accounting: its cgroup label = its io.stat
   sed -i "s/^label = false$/label = true/" /etc/observer/observer.toml
-  systemctl reload observer && sleep 2
-  cg=/system.slice/blkobs-writer.service
+  n=$(journal_count "configuration reloaded")
+  systemctl reload observer && wait_journal "configuration reloaded" $n || return 1
+  cg=/system.slice/blkobs-writer.service; rm -f $STATE/writer-done
   systemd-run -q --unit blkobs-writer -p IOAccounting=yes sh -c \
-    'dd if=/dev/zero of=/dev/nvme0n1 bs=64k count=16 oflag=direct status=none; sleep 30'
-  sleep 4 # the writes, then a tick of the daemon
+    "dd if=/dev/zero of=/dev/nvme0n1 bs=64k count=16 oflag=direct status=none; touch $STATE/writer-done; sleep 30"
+  i=0; until [ -e $STATE/writer-done ]; do i=$((i + 1)); [ $i -lt 600 ] || return 1; sleep 0.1; done
+  wait_passes 2 || return 1
   mm=$(cat /sys/block/nvme0n1/dev)
   io=$(awk -v d="$mm" '$1 == d { for (i = 2; i <= NF; i++) if ($i ~ /^wbytes=/) print substr($i, 8) }' /sys/fs/cgroup$cg/io.stat)
   ours=$(curl -sf $URL/metrics | awk -v c="cgroup=\"$cg\"" '/^blkobs_bytes_total\{/ && index($0, c) && index($0, "device=\"nvme0n1\"") && index($0, "op=\"write\"") { s += $NF } END { printf "%d\n", s }')
@@ -121,14 +142,16 @@ ext4_log() { # ext4 on nvme0n1: its journal's writes are log="true", at least on
   udevadm settle
   h=$(ls /sys/block/nvme0n1/holders); [ -z "$h" ] || { echo "nvme0n1 still held by: $h"; return 1; }
   mkfs.ext4 -q -F /dev/nvme0n1 && mkdir -p /mnt/ext4 && mount /dev/nvme0n1 /mnt/ext4 || return 1
-  sleep 3 # the mount is seen and its journal located within a tick or two
-  curl -sf $URL/devices > $STATE/devices.json
+  found() { # the mount seen and its journal located (a rescan each pass)
+    curl -sf $URL/devices > $STATE/devices.json && jq -e '.devices[] | select(.device == "nvme0n1") |
+      .filesystems[0].log_status == "found" and (.log_ranges | length) > 0' $STATE/devices.json >/dev/null; }
+  i=0; until found; do i=$((i + 1)); [ $i -lt 300 ] || break; sleep 0.2; done
   jq -c '.devices[] | select(.device == "nvme0n1") | {device, filesystems, log_ranges}' $STATE/devices.json
   logs() { curl -sf $URL/metrics | awk '/^blkobs_request_latency_seconds_count\{/ && index($0, "device=\"nvme0n1\"") && index($0, "log=\"true\"") && index($0, "op=\"write\"") && index($0, "stage=\"total\"") { s += $NF } END { printf "%d\n", s }'; }
   tx() { awk '/ transactions / { print $1; exit }' /proc/fs/jbd2/nvme0n1-8/info; }
   l0=$(logs); t0=$(tx)
   i=0; while [ $i -lt 50 ]; do echo $i > /mnt/ext4/f$i && sync -d /mnt/ext4/f$i; i=$((i + 1)); done
-  sleep 2
+  wait_passes 2 || return 1
   l1=$(logs); t1=$(tx)
   umount /mnt/ext4
   echo "ext4 on nvme0n1, 50 × (write + fdatasync): log=\"true\" writes $((l1 - l0)), jbd2 transactions $((t1 - t0))"
@@ -234,15 +257,15 @@ if [ "$phase" = 1 ]; then
   check "TLS and basic auth under the unit (LoadCredential)" tls
   # Reload: a good change is applied, a bad file is rejected and the old configuration stays.
   cp /etc/observer/observer.toml $STATE/observer.toml.orig
+  n=$(journal_count "configuration reloaded")
   check reload systemctl reload observer
-  sleep 2
+  check "reload logged" wait_journal "configuration reloaded" $n
   show "journal: reload" journalctl -u observer --no-pager -n 3 -o cat
-  check "reload logged" sh -c 'journalctl -u observer --no-pager -o cat | grep -q "SIGHUP: reloading"'
   echo 'this is not toml [' >> /etc/observer/observer.toml
+  n=$(journal_count "configuration reload rejected")
   systemctl reload observer
-  sleep 2
+  check "bad reload rejected" wait_journal "configuration reload rejected" $n
   show "journal: bad reload" journalctl -u observer --no-pager -n 2 -o cat
-  check "bad reload rejected" sh -c 'journalctl -u observer --no-pager -o cat | grep -q "configuration reload rejected"'
   check "still active after bad reload" wait_active
   cp $STATE/observer.toml.orig /etc/observer/observer.toml
   check stop systemctl stop observer
