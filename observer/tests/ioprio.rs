@@ -24,6 +24,9 @@ use std::{
 
 use support::*;
 
+/// One daemon for every test of this file (each test on its own disk).
+static DAEMON: SharedDaemon = SharedDaemon::new();
+
 /// The jobs: (fio job name, fio `prioclass` or none, 4 KiB writes). Distinct counts, so a job
 /// counted under another class shows.
 const JOBS: [(&str, Option<u32>, u64); 4] = [
@@ -79,7 +82,7 @@ fn requests_per_ioprio_class_match_fio_and_ftrace() {
     if !require_root_and(&["fio", "losetup"]) {
         return;
     }
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let dev = LoopDev::new(64, "none");
     wait_tracked(&daemon, &dev.name);
     let traced = tracepoint_has_ioprio();
@@ -189,7 +192,7 @@ fn merges_count_in_their_requests_priority_class() {
     if !require_root_and(&["fio", "losetup"]) {
         return;
     }
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let dev = LoopDev::new(64, "mq-deadline");
     wait_tracked(&daemon, &dev.name);
     let before = (

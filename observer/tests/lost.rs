@@ -15,6 +15,9 @@ use std::thread;
 
 use support::*;
 
+/// One daemon for every test of this file (each test on its own disk).
+static DAEMON: SharedDaemon = SharedDaemon::new();
+
 const FSYNCS: usize = 400;
 
 #[test]
@@ -29,7 +32,7 @@ fn every_lost_completion_is_one_the_kernel_ran_no_bpf_for() {
     let raw = LoopDev::kernel_scheduler(256);
     let fsdev = LoopDev::kernel_scheduler(320);
     let mut m = Mount::new(&fsdev, &["mkfs.xfs", "-f", "-q"]);
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     quiesce(&raw.name);
     quiesce(&fsdev.name);
     let (before, d0) = scrape_between_equal_diskstats(&daemon, &[&raw, &fsdev]);
@@ -142,7 +145,7 @@ fn completions_skipped_for_recursion_are_taken_by_the_nested_program() {
         return;
     }
     let (task, timer) = NullBlk::task_and_timer(256);
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let devs = [&task.name, &timer.name];
     let misses = |m: &Metrics| {
         m.select("blkobs_bpf_program_recursion_misses_total", &[])
@@ -306,7 +309,7 @@ fn nested_ends_of_one_disk_are_all_counted() {
     sh("dmsetup", &["create", &name, "--table", &table]);
     let _linear = Linear(name.clone());
     let dm = dm_kernel_name(&name);
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     quiesce(&dm);
     // Recursion misses of the programs whose base name (without `_raw`) is in `names`.
     let misses_of = |m: &Metrics, names: &[&str]| {

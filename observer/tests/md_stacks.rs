@@ -431,9 +431,12 @@ fn ours(before: &Metrics, after: &Metrics, dev: &str, op: &str) -> f64 {
 /// still be counted one more (docs/src/known-limits.md#stacked-disks).
 const STRAY: f64 = 2.0;
 
+/// One daemon for every test of this file but the cgroup one (each test on a stack of its own).
+static DAEMON: SharedDaemon = SharedDaemon::new();
+
 fn run(what: &str, make: impl FnOnce() -> Stack) {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let stack = make();
     let top = stack.top().to_string();
     let tag = format!("[{} {what} {top}]", kernel.trim());
@@ -494,7 +497,8 @@ fn run(what: &str, make: impl FnOnce() -> Stack) {
     for d in &all {
         quiesce(d);
     }
-    std::thread::sleep(Duration::from_millis(2500));
+    // The reaper's chance to retire what it (wrongly) thinks lost: two whole passes.
+    daemon.wait_passes(3);
     let events = trace.stop();
     let after = daemon.scrape();
     let d1: Vec<DiskStats> = all.iter().map(|d| diskstats(d)).collect();
@@ -831,9 +835,10 @@ fn rounds() -> u32 {
 /// `make` builds (after the daemon started), labelled `what`.
 fn raid0_zero_outs(what: &str, rounds: u32, make: impl FnOnce() -> Stack) {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let stack = make();
     let md = stack.top().to_string();
+    let start = daemon.scrape();
     let dev = format!("/dev/{md}");
     let tag = format!("[{} {what} {md}]", kernel.trim());
     // Offsets and lengths in bytes: 24 KiB and 12 KiB into a 64 KiB chunk.
@@ -941,8 +946,10 @@ fn raid0_zero_outs(what: &str, rounds: u32, make: impl FnOnce() -> Stack) {
         }
     }
     let after = daemon.scrape();
-    let lost = after.sum("blkobs_lost_completions_total", &[("device", &md)]);
-    let untracked = after.sum("blkobs_untracked_completions_total", &[("device", &md)]);
+    let delta =
+        |name: &str| after.sum(name, &[("device", &md)]) - start.sum(name, &[("device", &md)]);
+    let lost = delta("blkobs_lost_completions_total");
+    let untracked = delta("blkobs_untracked_completions_total");
     let left = json(&daemon, &format!("/inflight?device={md}"))["requests"]
         .as_array()
         .map_or(0, Vec::len);
@@ -1018,7 +1025,7 @@ fn stalls_show_the_mirror_leg_holding_an_md_write() {
         return;
     }
     const DELAY_MS: u64 = 2000;
-    let daemon = Daemon::start(&[]);
+    let daemon = DAEMON.get(|| Daemon::start(&[]));
     let fast = LoopDev::new(64, "none");
     let slow_leg = LoopDev::new(64, "none");
     let sectors = 64 * 2048;
@@ -1136,17 +1143,24 @@ fn stalls_show_the_mirror_leg_holding_an_md_write() {
     );
     // And md's write is not left in flight: it completed through both legs (md may write
     // its superblock through the slow leg after it: that is a dm bio, no md I/O).
-    std::thread::sleep(Duration::from_millis(500));
-    let r = json(&daemon, "/stalls?format=json&min=300ms");
-    let left: Vec<_> = r["stuck"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["device"] == md.as_str())
-        .collect();
+    let stuck = || -> Vec<serde_json::Value> {
+        let r = json(&daemon, "/stalls?format=json&min=300ms");
+        r["stuck"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["device"] == md.as_str())
+            .cloned()
+            .collect()
+    };
+    // A hang guard, not a timing bound: the write ended when dd returned.
+    let gone = wait_every(Duration::from_millis(100), Duration::from_secs(60), || {
+        stuck().is_empty()
+    });
     assert!(
-        left.is_empty(),
-        "{md} still stuck after the write completed: {left:#?}"
+        gone,
+        "{md} still stuck 60 s after the write completed: {:#?}",
+        stuck()
     );
 }
 
