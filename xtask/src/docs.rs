@@ -5,8 +5,9 @@
 //!   and mdBook make them: lowercase, whitespace to `-`, punctuation other than `-` and `_`
 //!   dropped, a repeated heading suffixed `-1`, `-2`, …);
 //! - every page under docs/src is listed in docs/src/SUMMARY.md;
-//! - README.md is at most [`README_MAX_BYTES`] and still names `cargo xtask run` and
-//!   `cargo xtask test` (the command .ci/run runs);
+//! - README.md is at most [`README_MAX_BYTES`], every question of its "What it answers" has
+//!   its answer and link (`→`) within [`ANSWER_MAX_WORDS`] words of the top, and it still names
+//!   `cargo xtask run` and `cargo xtask test` (the command .ci/run runs);
 //! - every metric family of observer/src/exposition/ is named in docs/src/reference/metrics.md,
 //!   every config key of observer/src/config/ in docs/src/reference/config.md and
 //!   packaging/observer.toml, and every `docs/….md#anchor` the code cites exists;
@@ -37,6 +38,34 @@ const CITING_DIRS: [&str; 7] = [
 
 /// The front door stays a front door.
 pub(crate) const README_MAX_BYTES: u64 = 15_000;
+/// A reader finds each question's answer within this many words of README's top.
+pub(crate) const ANSWER_MAX_WORDS: usize = 300;
+
+/// Problems with README's questions: none listed, or one answered too far down.
+fn answer_distances(readme: &str) -> Vec<String> {
+    let Some(start) = readme.find("## What it answers") else {
+        return vec!["README.md: no \"## What it answers\" section".into()];
+    };
+    let section = &readme[start..];
+    let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
+    let mut problems = Vec::new();
+    let mut questions = 0;
+    for (at, _) in section[..end].match_indices('→') {
+        questions += 1;
+        let words = readme[..start + at].split_whitespace().count();
+        if words > ANSWER_MAX_WORDS {
+            let line = readme[..start + at].lines().count();
+            problems.push(format!(
+                "README.md:{line}: an answer {words} words from the top, more than \
+                 {ANSWER_MAX_WORDS}: shorten what comes before it"
+            ));
+        }
+    }
+    if questions == 0 {
+        problems.push("README.md: \"## What it answers\" links no answer (`→`)".into());
+    }
+    problems
+}
 
 /// Checks the documentation under `root` (the workspace) and fails listing every problem.
 pub(crate) fn check(root: &Path) -> Result<()> {
@@ -52,6 +81,7 @@ pub(crate) fn check(root: &Path) -> Result<()> {
     }
     // .ci/run runs "README's test command"; users copy the build command from it.
     let front = std::fs::read_to_string(root.join("README.md")).unwrap_or_default();
+    problems.extend(answer_distances(&front));
     for command in ["cargo xtask run", "cargo xtask test"] {
         if !front.contains(command) {
             problems.push(format!(
@@ -574,6 +604,18 @@ fn summary_problems(src: &Path) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_are_counted_in_words_from_the_top() {
+        let near = "# t\n\n## What it answers\n\n- **Q?** `cmd`. → [p](p.md)\n\n## Install\n→ x\n";
+        assert!(answer_distances(near).is_empty());
+        let far = format!("# t\n{}\n## What it answers\n- **Q?** → [p](p.md)\n", "w ".repeat(300));
+        let p = answer_distances(&far);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("308 words"), "{p:?}");
+        assert_eq!(answer_distances("# t\n## What it answers\nnone\n").len(), 1);
+        assert_eq!(answer_distances("# t\n").len(), 1);
+    }
 
     #[test]
     fn slugs_follow_github_and_mdbook() {

@@ -81,15 +81,17 @@ scraped_after() { # unix seconds: a scrape of the observer after it (60 s guard;
 # The seeds' scenario: fs_mark -S1 (create, write 4 KiB, fsync, close per file) on XFS with the
 # disk's write cache in write-back, then write-through; Prometheus computes the log writes' p99
 # queue and device latency from the filesystem-log dashboard's own expressions over each run,
-# a window from a scrape before the first file to one after the last.
+# a window from a scrape before the first file to one after the last. The run goes on past
+# 1,000 files until a scrape fell inside it: a series its first writes create needs two samples.
 fsmark_run() { # mode (back|through)
   echo "write $1" > /sys/block/vdc/queue/write_cache
   t0=$(date +%s); scraped_after $t0 || { echo "Prometheus did not scrape the observer in 60 s"; return 1; }
   r0=$(date +%s.%N); files=0; rates=""
-  while [ $files -lt 1000 ]; do
+  while [ $files -lt 1000 ] || [ "$(last_scrape)" -le "$tb" ]; do
     d=/mnt/xfs/$1-$files; mkdir -p $d
     r=$(fs_mark -S1 -s 4096 -n 100 -t 1 -d $d 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 5 { v = $4 } END { print v }')
     rates="$rates $r"; files=$((files + 100))
+    [ $files -eq 100 ] && tb=$(date +%s)
   done
   r1=$(date +%s.%N); t1=$(date +%s)
   scraped_after $t1 || { echo "Prometheus did not scrape the observer in 60 s"; return 1; }
@@ -115,12 +117,12 @@ stalled_write() { # a direct write held 3 s by dm-delay over nvme0n1: /stalls li
   dm=$(basename "$(readlink -f /dev/mapper/blkobs-slow)")
   dd if=/dev/zero of=/dev/mapper/blkobs-slow bs=4k count=1 oflag=direct status=none & w=$!
   # /stalls while dd waits: until it lists the write or dd is done.
-  while curl -sf $URL/stalls > $STATE/stalls.txt && ! grep -qE "^$dm " $STATE/stalls.txt && kill -0 $w 2>/dev/null; do
+  while curl -sf $URL/stalls > $STATE/stalls.txt && ! grep -qE "^$dm +[a-z]+ +[0-9.]+m?s .* W" $STATE/stalls.txt && kill -0 $w 2>/dev/null; do
     sleep 0.2; done
   wait
   udevadm settle; dmsetup remove --retry blkobs-slow # udev may still hold it open (trixie)
   echo "$dm while the write was held:"; sed -n '1,4p' $STATE/stalls.txt
-  grep -qE "^$dm +[a-z]+ +[0-9.]+s .* W" $STATE/stalls.txt
+  grep -qE "^$dm +[a-z]+ +[0-9.]+m?s .* W" $STATE/stalls.txt
 }
 owner_cgroup() { # direct writes by a transient unit with IO accounting: its cgroup label = its io.stat
   sed -i "s/^label = false$/label = true/" /etc/observer/observer.toml
