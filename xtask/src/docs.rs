@@ -609,7 +609,10 @@ mod tests {
     fn answers_are_counted_in_words_from_the_top() {
         let near = "# t\n\n## What it answers\n\n- **Q?** `cmd`. → [p](p.md)\n\n## Install\n→ x\n";
         assert!(answer_distances(near).is_empty());
-        let far = format!("# t\n{}\n## What it answers\n- **Q?** → [p](p.md)\n", "w ".repeat(300));
+        let far = format!(
+            "# t\n{}\n## What it answers\n- **Q?** → [p](p.md)\n",
+            "w ".repeat(300)
+        );
         let p = answer_distances(&far);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].contains("308 words"), "{p:?}");
