@@ -308,11 +308,21 @@ fn at_most_n_cgroups_per_device() {
         .zip(&before)
         .map(|(g, b)| rios(g, &mm, v2) - b)
         .sum();
-    let m = wait_for(std::time::Duration::from_secs(10), || {
+    // A hang guard, not a timing bound: the reads completed before fio returned.
+    let m = wait_for(std::time::Duration::from_secs(120), || {
         let m = d.scrape();
         (device_requests(&m, &disk.name) >= 730.0).then_some(m)
     })
-    .expect("the daemon counted the 730 reads");
+    .unwrap_or_else(|| {
+        let m = d.scrape();
+        let of = |name: &str| m.sum(name, &[("device", &disk.name)]);
+        panic!(
+            "the daemon counted {} of the 730 reads in 120 s ({} lost, {} untracked); io.stat rios {rios}",
+            device_requests(&m, &disk.name),
+            of("blkobs_lost_completions_total"),
+            of("blkobs_untracked_completions_total"),
+        )
+    });
     let series: Vec<(String, f64)> = m
         .select(
             &format!("{LATENCY}_count"),
