@@ -6,7 +6,8 @@
 //! `struct blk_io_trace` (include/uapi/linux/blktrace_api.h, [`observer_common::blktrace`]) with
 //! the fields kernel/trace/blktrace.c writes: per-CPU sequence numbers, the time in ns since the
 //! trace started (CLOCK_MONOTONIC, blktrace's `ktime_get()`), sector, bytes, action word, pid,
-//! device, CPU, error; and before a task's first event a `BLK_TN_PROCESS` note with its name.
+//! device, CPU, error; and before a task's first event in each CPU's file a `BLK_TN_PROCESS`
+//! note with its name.
 
 use std::{
     collections::HashMap,
@@ -100,8 +101,10 @@ struct Encoder {
     start_ns: u64,
     layout: KernelLayout,
     complete_errno: bool,
-    /// The name each pid was last noted with.
-    named: HashMap<u32, [u8; 16]>,
+    /// The name each (CPU, pid) was last noted with in that CPU's file. Per CPU: the first
+    /// event read of a task need not be its earliest (the CPUs' records arrive interleaved),
+    /// and blkparse names an event only from a note read before it.
+    named: HashMap<(u32, u32), [u8; 16]>,
     summary: Summary,
 }
 
@@ -142,7 +145,7 @@ impl Encoder {
             return Ok(());
         };
         let time = r.time_ns.saturating_sub(self.start_ns);
-        if self.named.get(&r.pid) != Some(&r.comm) {
+        if self.named.get(&(r.cpu, r.pid)) != Some(&r.comm) {
             // blktrace.c trace_note_tsk: the task's comm (TASK_COMM_LEN = 16 bytes) as pdu.
             f.out.write_all(&header(
                 0,
@@ -157,7 +160,7 @@ impl Encoder {
                 16,
             ))?;
             f.out.write_all(&r.comm)?;
-            self.named.insert(r.pid, r.comm);
+            self.named.insert((r.cpu, r.pid), r.comm);
             self.summary.notes += 1;
         }
         let source = Source::of_record(event, r.event);
