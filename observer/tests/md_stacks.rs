@@ -946,10 +946,12 @@ fn raid0_zero_outs(what: &str, rounds: u32, make: impl FnOnce() -> Stack) {
         }
     }
     let after = daemon.scrape();
-    let delta =
-        |name: &str| after.sum(name, &[("device", &md)]) - start.sum(name, &[("device", &md)]);
-    let lost = delta("blkobs_lost_completions_total");
-    let untracked = delta("blkobs_untracked_completions_total");
+    let lost = after.since(&start, "blkobs_lost_completions_total", &[("device", &md)]);
+    let untracked = after.since(
+        &start,
+        "blkobs_untracked_completions_total",
+        &[("device", &md)],
+    );
     let left = json(&daemon, &format!("/inflight?device={md}"))["requests"]
         .as_array()
         .map_or(0, Vec::len);

@@ -36,14 +36,14 @@ count() { # device op
 }
 # The daemon's housekeeping passes (blkobs_reaper_passes_total, one a second: rescan, reaper).
 passes() { curl -sf $URL/metrics | awk '/^blkobs_reaper_passes_total/ { printf "%d\n", $NF; exit }'; }
-wait_passes() { # n: n more passes than now (a hang guard of 60 s)
-  p0=$(passes); i=0
-  while [ "$(passes)" -lt $((p0 + $1)) ]; do i=$((i + 1)); [ $i -lt 600 ] || return 1; sleep 0.1; done
+within60() { # command...: run every 0.1 s until it succeeds, for 60 s at most (a hang guard)
+  _w=0; until "$@"; do _w=$((_w + 1)); [ $_w -lt 600 ] || return 1; sleep 0.1; done
 }
+passes_reach() { [ "$(passes)" -ge "$1" ]; }
+wait_passes() { p0=$(passes) && [ -n "$p0" ] && within60 passes_reach $((p0 + $1)); } # n more than now
 journal_count() { journalctl -u observer --no-pager -o cat | grep -c "$1"; }
-wait_journal() { # pattern count: the journal has more lines with pattern than count (60 s guard)
-  i=0; while [ "$(journal_count "$1")" -le "$2" ]; do i=$((i + 1)); [ $i -lt 600 ] || return 1; sleep 0.1; done
-}
+journal_above() { [ "$(journal_count "$1")" -gt "$2" ]; }
+wait_journal() { within60 journal_above "$1" "$2"; } # pattern count: more lines with it than count
 diskstat() { # device field (1 = reads completed, 5 = writes completed)
   awk -v f="$2" '{ print $f }' /sys/block/$1/stat
 }
@@ -75,9 +75,8 @@ finite() { case "$1" in ''|none|NaN|+Inf|-Inf) return 1;; esac; }
 last_scrape() { # unix seconds of Prometheus's latest scrape of the observer (0 before the first)
   promq 'max(timestamp(up{instance="127.0.0.1:9617"}))' | jq -r '.data.result[0].value[1] // "0"' | cut -d. -f1
 }
-scraped_after() { # unix seconds: a scrape of the observer after it (60 s guard; scrape_interval 15 s)
-  i=0; while [ "$(last_scrape)" -le "$1" ]; do i=$((i + 1)); [ $i -lt 300 ] || return 1; sleep 0.2; done
-}
+scrape_newer() { [ "$(last_scrape)" -gt "$1" ]; }
+scraped_after() { within60 scrape_newer "$1"; } # unix seconds: a scrape after it (scrape_interval 15 s)
 # The seeds' scenario: fs_mark -S1 (create, write 4 KiB, fsync, close per file) on XFS with the
 # disk's write cache in write-back, then write-through; Prometheus computes the log writes' p99
 # queue and device latency from the filesystem-log dashboard's own expressions over each run,
@@ -131,7 +130,7 @@ owner_cgroup() { # direct writes by a transient unit with IO accounting: its cgr
   cg=/system.slice/blkobs-writer.service; rm -f $STATE/writer-done
   systemd-run -q --unit blkobs-writer -p IOAccounting=yes sh -c \
     "dd if=/dev/zero of=/dev/nvme0n1 bs=64k count=16 oflag=direct status=none; touch $STATE/writer-done; sleep 30"
-  i=0; until [ -e $STATE/writer-done ]; do i=$((i + 1)); [ $i -lt 600 ] || return 1; sleep 0.1; done
+  within60 test -e $STATE/writer-done || return 1
   wait_passes 2 || return 1
   mm=$(cat /sys/block/nvme0n1/dev)
   io=$(awk -v d="$mm" '$1 == d { for (i = 2; i <= NF; i++) if ($i ~ /^wbytes=/) print substr($i, 8) }' /sys/fs/cgroup$cg/io.stat)
@@ -147,7 +146,7 @@ ext4_log() { # ext4 on nvme0n1: its journal's writes are log="true", at least on
   found() { # the mount seen and its journal located (a rescan each pass)
     curl -sf $URL/devices > $STATE/devices.json && jq -e '.devices[] | select(.device == "nvme0n1") |
       .filesystems[0].log_status == "found" and (.log_ranges | length) > 0' $STATE/devices.json >/dev/null; }
-  i=0; until found; do i=$((i + 1)); [ $i -lt 300 ] || break; sleep 0.2; done
+  within60 found # the check below says what was missing
   jq -c '.devices[] | select(.device == "nvme0n1") | {device, filesystems, log_ranges}' $STATE/devices.json
   logs() { curl -sf $URL/metrics | awk '/^blkobs_request_latency_seconds_count\{/ && index($0, "device=\"nvme0n1\"") && index($0, "log=\"true\"") && index($0, "op=\"write\"") && index($0, "stage=\"total\"") { s += $NF } END { printf "%d\n", s }'; }
   tx() { awk '/ transactions / { print $1; exit }' /proc/fs/jbd2/nvme0n1-8/info; }

@@ -147,13 +147,15 @@ pub fn end_to_end_with(
         delta(|s| s.discards),
         delta(|s| s.flushes),
     );
-    let lost = after.sum("blkobs_lost_completions_total", &[("device", n)])
-        - before.sum("blkobs_lost_completions_total", &[("device", n)]);
+    let lost = after.since(&before, "blkobs_lost_completions_total", &[("device", n)]);
     let untracked = after.sum("blkobs_untracked_completions_total", &[])
         - before.sum("blkobs_untracked_completions_total", &[]);
     let write_with = |k: &str| {
-        let sel = [("device", n), ("op", "write"), (k, "true")];
-        after.sum("blkobs_requests_total", &sel) - before.sum("blkobs_requests_total", &sel)
+        after.since(
+            &before,
+            "blkobs_requests_total",
+            &[("device", n), ("op", "write"), (k, "true")],
+        )
     };
     let (log_writes, fua, preflush) =
         (write_with("log"), write_with("fua"), write_with("preflush"));

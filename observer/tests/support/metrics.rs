@@ -109,6 +109,12 @@ impl Metrics {
         self.select(name, want).map(|s| s.value).sum()
     }
 
+    /// [`Metrics::sum`] here minus in `before`: what a test's own run added (a shared daemon
+    /// counted earlier tests too).
+    pub fn since(&self, before: &Metrics, name: &str, want: &[(&str, &str)]) -> f64 {
+        self.sum(name, want) - before.sum(name, want)
+    }
+
     /// The samples named `name` whose labels include all of `want`. Panics if `name` is one of
     /// ours (`blkobs_`) and no family of that name (or of which it is a `_bucket`, `_sum` or
     /// `_count` series) is declared in observer/src: an absent series then means a renamed
